@@ -1,0 +1,1 @@
+"""convdb infra."""

@@ -1,0 +1,150 @@
+"""The one configuration object: every setting, read from `CONVDB_*` environment variables.
+
+Nested sections use a double underscore, e.g. ``CONVDB_KAFKA__EXTRA='{"security.protocol": "SSL"}'``.
+Build it once in an entry point (`Settings()`) and pass sections down; nothing else reads the
+environment.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, Field, SecretStr
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class Section(BaseModel):
+    """Base of the nested settings sections: frozen, no unknown keys."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class KafkaSettings(Section):
+    """Client settings shared by every producer and consumer."""
+
+    embedded: bool = Field(
+        False,
+        description="True when the broker is the embedded Tansu: short group timeouts that a real "
+        "Kafka rejects (group.min.session.timeout.ms=6000).",
+    )
+    session_timeout_ms: int = Field(
+        10000, description="Consumer group session timeout on a real Kafka."
+    )
+    heartbeat_interval_ms: int = Field(3000, description="Heartbeat interval on a real Kafka.")
+    embedded_session_timeout_ms: int = Field(
+        2000, description="Session timeout on the embedded broker (it holds joins session/2)."
+    )
+    embedded_heartbeat_interval_ms: int = Field(
+        500, description="Heartbeat on the embedded broker."
+    )
+    linger_ms: float = Field(5.0, description="Producer linger: batching against latency.")
+    delivery_timeout_s: float = Field(
+        30.0, description="How long a produce may wait for the broker before it fails loudly."
+    )
+    extra: dict[str, str | int | float | bool] = Field(
+        default_factory=dict,
+        description="Raw librdkafka settings added to every client (SASL/TLS passthrough).",
+    )
+
+
+class S3Settings(Section):
+    """Where the archive's S3 endpoint is and how to sign requests."""
+
+    endpoint_url: str | None = Field(None, description="S3 endpoint; None means AWS itself.")
+    region: str = Field("us-east-1", description="S3 region.")
+    access_key_id: str | None = Field(None, description="Access key; None means boto3's chain.")
+    secret_access_key: SecretStr | None = Field(None, description="Secret key.")
+
+
+class LLMSettings(Section):
+    """Which LLM the agent and the titles service call through litellm."""
+
+    model: str = Field(
+        "convdb/scripted",
+        description="litellm model name; 'convdb/scripted' is the offline scripted model.",
+    )
+    title_model: str | None = Field(
+        None, description="Model for LLM titles; None keeps the first-message title."
+    )
+    timeout_s: float = Field(60.0, description="Timeout of one LLM call.")
+
+
+class ApiSettings(Section):
+    """The query API."""
+
+    host: str = Field("127.0.0.1", description="Address the API binds to.")
+    port: int = Field(8000, description="Port the API binds to.")
+    keys: dict[str, str] = Field(
+        default_factory=lambda: {"dev-key": "default"},
+        description="API key -> tenant id. Each key sees only its tenant's data.",
+    )
+    receipt_secrets: dict[str, SecretStr] = Field(
+        default_factory=dict, description="Provider name -> HMAC secret for POST /receipts."
+    )
+
+
+class Settings(BaseSettings):
+    """Everything convdb can be configured with."""
+
+    model_config = SettingsConfigDict(
+        env_prefix="CONVDB_", env_nested_delimiter="__", frozen=True, extra="ignore"
+    )
+
+    namespace: str = Field("convdb", description="Prefix of every topic and consumer group.")
+    partitions: int = Field(4, description="Partitions of every topic (they are co-partitioned).")
+    replication_factor: int = Field(1, description="Replication factor of new topics.")
+    bootstrap_servers: str | None = Field(
+        None, description="Kafka bootstrap servers; unset means the embedded broker."
+    )
+    schema_registry_url: str | None = Field(
+        None, description="Confluent schema registry; unset means Avro single-object encoding."
+    )
+    data_dir: Path = Field(
+        Path(".convdb"), description="Local state: dev stack info, SQLite files."
+    )
+    store_url: str | None = Field(
+        None,
+        description="SQLAlchemy URL of the projection store; default a SQLite file in data_dir.",
+    )
+    archive_url: str | None = Field(
+        None, description="Archive location: s3://bucket/prefix or file:///dir."
+    )
+    kafka: KafkaSettings = Field(default_factory=KafkaSettings)
+    s3: S3Settings = Field(default_factory=S3Settings)
+    llm: LLMSettings = Field(default_factory=LLMSettings)
+    api: ApiSettings = Field(default_factory=ApiSettings)
+
+    def topic(self, suffix: str) -> str:
+        """Full name of a topic under this namespace."""
+        return f"{self.namespace}.{suffix}"
+
+    def group(self, consumer: str) -> str:
+        """Consumer group of a consumer: ``<namespace>.<consumer name>``."""
+        return f"{self.namespace}.{consumer}"
+
+    @property
+    def resolved_store_url(self) -> str:
+        """The store URL, defaulting to a SQLite file under the data dir."""
+        return self.store_url or f"sqlite:///{(self.data_dir / 'convdb.db').resolve()}"
+
+    def with_broker(self, bootstrap_servers: str, *, embedded: bool) -> Settings:
+        """A copy pointed at a broker (used once the embedded broker is up)."""
+        kafka = self.kafka.model_copy(update={"embedded": embedded})
+        return self.model_copy(update={"bootstrap_servers": bootstrap_servers, "kafka": kafka})
+
+    def to_env(self) -> dict[str, str]:
+        """These settings as `CONVDB_*` variables, to hand to a child process unchanged."""
+        env: dict[str, str] = {}
+        for name, value in self.model_dump(exclude_none=True).items():
+            if isinstance(value, dict):
+                env[f"CONVDB_{name.upper()}"] = json.dumps(value, default=_reveal)
+            else:
+                env[f"CONVDB_{name.upper()}"] = str(value)
+        return env
+
+
+def _reveal(value: object) -> object:
+    if isinstance(value, SecretStr):
+        return value.get_secret_value()
+    raise TypeError(f"cannot put {type(value).__name__} in the environment")

@@ -1,0 +1,181 @@
+"""The one place fastavro is called: models to Avro bytes and back.
+
+Two framings share the Avro binary payload:
+- single-object encoding (default): ``C3 01`` + CRC-64-AVRO fingerprint + payload; the
+  reader resolves the writer's schema by fingerprint among every shipped version;
+- Confluent framing (with a schema registry): ``00`` + 4-byte schema id + payload.
+"""
+
+from __future__ import annotations
+
+from io import BytesIO
+from typing import Any, Protocol
+
+from fastavro import parse_schema, schemaless_reader, schemaless_writer
+from pydantic import ValidationError
+
+from schemas._types import AvroModel
+from schemas.catalog import MODELS, SINGLE_OBJECT_MAGIC, SchemaCatalog, shipped_catalog
+from schemas.errors import (
+    CorruptRecordError,
+    InvalidRecordError,
+    NotAvroError,
+    TruncatedRecordError,
+    UnexpectedRecordError,
+    UnknownFingerprintError,
+)
+
+CONFLUENT_MAGIC = b"\x00"
+
+
+class Codec(Protocol):
+    """Turns record models into bytes and back."""
+
+    def encode(self, record: AvroModel) -> bytes:
+        """Encode one record. Raises `InvalidRecordError`."""
+        ...
+
+    def decode(self, data: bytes, expect: tuple[type[AvroModel], ...] | None = None) -> Any:
+        """Decode one record, optionally checking its type. Raises a `SchemaError`."""
+        ...
+
+
+def _write_payload(buf: BytesIO, parsed: dict[str, Any], record: AvroModel) -> None:
+    try:
+        # A pydantic model's __dict__ holds exactly its fields, already typed for Avro.
+        schemaless_writer(buf, parsed, record.__dict__, strict=True)
+    except (ValueError, TypeError, KeyError, OverflowError) as exc:
+        raise InvalidRecordError(f"cannot encode {type(record).__name__}: {exc}") from exc
+
+
+def _read_payload(
+    data: bytes, offset: int, writer: dict[str, Any], reader: dict[str, Any] | None, what: str
+) -> dict[str, Any]:
+    buf = BytesIO(data)
+    buf.seek(offset)
+    try:
+        record = schemaless_reader(buf, writer, reader)
+    except EOFError as exc:
+        raise TruncatedRecordError(
+            f"{what}: payload ends early ({len(data) - offset} bytes after the header)"
+        ) from exc
+    except (ValueError, TypeError, IndexError, KeyError, UnicodeDecodeError, OverflowError) as exc:
+        raise CorruptRecordError(f"{what}: payload does not decode: {exc}") from exc
+    if buf.tell() != len(data):
+        raise CorruptRecordError(f"{what}: {len(data) - buf.tell()} bytes left after the record")
+    return record  # type: ignore[return-value]
+
+
+def _to_model(
+    name: str, record: dict[str, Any], expect: tuple[type[AvroModel], ...] | None
+) -> AvroModel:
+    model = MODELS.get(name)
+    if model is None:
+        raise UnknownFingerprintError(f"record {name!r} has no model in this version of convdb")
+    if expect is not None and model not in expect:
+        allowed = ", ".join(m.__name__ for m in expect)
+        raise UnexpectedRecordError(f"got a {name} where only {allowed} are allowed")
+    try:
+        return model.model_validate(record)
+    except ValidationError as exc:
+        raise InvalidRecordError(f"{name} does not validate: {exc}") from exc
+
+
+class SingleObjectCodec:
+    """Avro single-object encoding; writer schemas resolved from the shipped versions."""
+
+    def __init__(self, catalog: SchemaCatalog | None = None) -> None:
+        self.catalog = catalog or shipped_catalog()
+
+    def encode(self, record: AvroModel) -> bytes:
+        """Encode with the newest schema version of the record's type."""
+        version = self.catalog.latest[type(record).__name__]
+        buf = BytesIO()
+        buf.write(version.header)
+        _write_payload(buf, version.parsed, record)
+        return buf.getvalue()
+
+    def decode(self, data: bytes, expect: tuple[type[AvroModel], ...] | None = None) -> Any:
+        """Decode bytes written by any shipped schema version into the current model."""
+        if len(data) < 10 or data[:2] != SINGLE_OBJECT_MAGIC:
+            head = bytes(data[:4]).hex() or "empty"
+            raise NotAvroError(
+                f"not Avro single-object encoded (starts with {head}, {len(data)} bytes)"
+            )
+        writer = self.catalog.by_fingerprint.get(bytes(data[2:10]))
+        if writer is None:
+            raise UnknownFingerprintError(
+                f"unknown schema fingerprint {bytes(data[2:10]).hex()}: written by a newer or "
+                f"foreign producer ({len(self.catalog.by_fingerprint)} versions known)"
+            )
+        reader = self.catalog.latest[writer.name]
+        what = f"{writer.name} v{writer.version}"
+        record = _read_payload(
+            data, 10, writer.parsed, None if reader is writer else reader.parsed, what
+        )
+        return _to_model(writer.name, record, expect)
+
+
+class ConfluentCodec:
+    """Confluent wire format, schemas registered per record name (RecordNameStrategy)."""
+
+    def __init__(self, registry_url: str, catalog: SchemaCatalog | None = None) -> None:
+        from confluent_kafka.schema_registry import SchemaRegistryClient
+
+        self.catalog = catalog or shipped_catalog()
+        self.client = SchemaRegistryClient({"url": registry_url})
+        self._ids: dict[str, int] = {}
+        self._writers: dict[int, tuple[str, dict[str, Any]]] = {}
+
+    def _schema_id(self, name: str) -> int:
+        from confluent_kafka.schema_registry import Schema
+
+        if name not in self._ids:
+            version = self.catalog.latest[name]
+            schema = Schema(version.schema_json, "AVRO")
+            self._ids[name] = self.client.register_schema(f"convdb.{name}", schema)
+        return self._ids[name]
+
+    def encode(self, record: AvroModel) -> bytes:
+        """Encode with the newest schema, registering it on first use."""
+        name = type(record).__name__
+        buf = BytesIO()
+        buf.write(CONFLUENT_MAGIC + self._schema_id(name).to_bytes(4, "big"))
+        _write_payload(buf, self.catalog.latest[name].parsed, record)
+        return buf.getvalue()
+
+    def _writer(self, schema_id: int) -> tuple[str, dict[str, Any]]:
+        import json
+
+        from confluent_kafka.schema_registry.error import SchemaRegistryError
+
+        if schema_id not in self._writers:
+            try:
+                schema = self.client.get_schema(schema_id)
+            except SchemaRegistryError as exc:
+                raise UnknownFingerprintError(
+                    f"schema id {schema_id} is not in the registry"
+                ) from exc
+            raw = json.loads(schema.schema_str)
+            self._writers[schema_id] = (raw["name"], parse_schema(raw))
+        return self._writers[schema_id]
+
+    def decode(self, data: bytes, expect: tuple[type[AvroModel], ...] | None = None) -> Any:
+        """Decode Confluent-framed bytes, resolving the writer schema through the registry."""
+        if len(data) < 5 or data[:1] != CONFLUENT_MAGIC:
+            head = bytes(data[:4]).hex() or "empty"
+            raise NotAvroError(f"not Confluent-framed Avro (starts with {head}, {len(data)} bytes)")
+        schema_id = int.from_bytes(data[1:5], "big")
+        name, writer = self._writer(schema_id)
+        reader = self.catalog.latest.get(name)
+        if reader is None:
+            raise UnknownFingerprintError(f"schema id {schema_id} is record {name!r}, unknown here")
+        record = _read_payload(data, 5, writer, reader.parsed, f"{name} (schema id {schema_id})")
+        return _to_model(name, record, expect)
+
+
+def make_codec(schema_registry_url: str | None = None) -> Codec:
+    """The codec for a deployment: Confluent framing with a registry, single-object without."""
+    if schema_registry_url:
+        return ConfluentCodec(schema_registry_url)
+    return SingleObjectCodec()

@@ -1,0 +1,35 @@
+"""Errors raised by the schemas package; all derive from `ConvdbError`."""
+
+from __future__ import annotations
+
+
+class ConvdbError(Exception):
+    """Root of every error convdb raises on purpose."""
+
+
+class SchemaError(ConvdbError):
+    """A record could not be encoded or decoded."""
+
+
+class NotAvroError(SchemaError):
+    """The bytes do not start with a known Avro framing (garbage, or another format)."""
+
+
+class UnknownFingerprintError(SchemaError):
+    """The writer's schema fingerprint (or registry id) matches no schema this reader knows."""
+
+
+class TruncatedRecordError(SchemaError):
+    """The payload ended before the record it announces was complete."""
+
+
+class CorruptRecordError(SchemaError):
+    """The payload does not decode under its writer's schema (bad bytes, or bytes left over)."""
+
+
+class InvalidRecordError(SchemaError):
+    """The record does not satisfy its schema or model (wrong field, type or value)."""
+
+
+class UnexpectedRecordError(SchemaError):
+    """The record decoded fine but is not of a type allowed on this topic."""

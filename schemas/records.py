@@ -1,0 +1,185 @@
+"""Records of the other topics: effect ledger, provider receipts, inbox, base-state snapshots."""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import AwareDatetime, Field
+
+from schemas._types import (
+    AvroModel,
+    EffectClass,
+    ExecutionStatus,
+    InboxCommand,
+    LedgerOrigin,
+    ReceiptStatus,
+    Resolution,
+)
+
+
+class LedgerRecord(AvroModel):
+    """Fields every effect-ledger transition carries."""
+
+    id: str = Field(description="Unique ledger record id (UUID text).")
+    operation_id: str = Field(description="The operation: '{conversation_id}/{action_id}'.")
+    conversation_id: str = Field(
+        description="Conversation the operation belongs to; the Kafka key."
+    )
+    tenant_id: str = Field(description="Tenant that owns the conversation.")
+    timestamp: AwareDatetime = Field(description="When the transition was recorded (UTC).")
+
+
+class EffectProposed(LedgerRecord):
+    """An operation is about to be attempted (durable before the call)."""
+
+    action_id: str = Field(description="Id of the ActionEvent.")
+    tool_name: str = Field(description="Tool to call.")
+    intent_hash: str = Field(description="sha256 of tool_name + canonical arguments.")
+    target: str | None = Field(None, description="What the effect touches.")
+    effect_class: EffectClass = Field(description="Effect class of the tool.")
+    reconcile_after: AwareDatetime = Field(
+        description="Deadline after which the reconciler looks the operation up."
+    )
+    kind: Literal["effect_proposed"] = Field(
+        "effect_proposed", description="Always 'effect_proposed'."
+    )
+
+
+class EffectStarted(LedgerRecord):
+    """The provider call is about to be made."""
+
+    attempt: int = Field(1, description="Attempt number, from 1.")
+    kind: Literal["effect_started"] = Field(
+        "effect_started", description="Always 'effect_started'."
+    )
+
+
+class EffectConfirmed(LedgerRecord):
+    """The provider did the operation."""
+
+    provider_receipt: str | None = Field(None, description="Provider's request/result id.")
+    result: str = Field("", description="Result text.")
+    origin: LedgerOrigin = Field("runner", description="Who recorded it.")
+    kind: Literal["effect_confirmed"] = Field(
+        "effect_confirmed", description="Always 'effect_confirmed'."
+    )
+
+
+class EffectFailed(LedgerRecord):
+    """The provider did not do the operation."""
+
+    error: str = Field(description="Error text.")
+    retryable: bool = Field(
+        False, description="True when a retry with the same key is safe and useful."
+    )
+    origin: LedgerOrigin = Field("runner", description="Who recorded it.")
+    kind: Literal["effect_failed"] = Field("effect_failed", description="Always 'effect_failed'.")
+
+
+class EffectUnknown(LedgerRecord):
+    """Nobody can tell whether the operation happened; a human decides."""
+
+    reason: str = Field(description="Why the outcome is unknown.")
+    evidence: str = Field("", description="What is known (ledger, lookup answers).")
+    origin: LedgerOrigin = Field("runner", description="Who recorded it.")
+    kind: Literal["effect_unknown"] = Field(
+        "effect_unknown", description="Always 'effect_unknown'."
+    )
+
+
+class EffectResolved(LedgerRecord):
+    """A decision on an unknown operation: confirmed, failed, or retry approved."""
+
+    decision: Resolution = Field(description="The decision.")
+    resolved_by: str = Field(description="Who decided (a user id, or 'reconciler').")
+    note: str = Field("", description="Free text.")
+    kind: Literal["effect_resolved"] = Field(
+        "effect_resolved", description="Always 'effect_resolved'."
+    )
+
+
+class Receipt(AvroModel):
+    """A provider's receipt for an operation (webhook or callback)."""
+
+    id: str = Field(description="Unique receipt id.")
+    provider: str = Field(description="Provider name.")
+    operation_id: str = Field(description="Operation the receipt is for.")
+    conversation_id: str = Field(description="Conversation of the operation; the Kafka key.")
+    tenant_id: str = Field(description="Tenant of the conversation.")
+    provider_receipt: str = Field(description="Provider's request/result id.")
+    status: ReceiptStatus = Field(description="Provider's verdict.")
+    result: str = Field("", description="Result text.")
+    timestamp: AwareDatetime = Field(description="When the provider did the operation (UTC).")
+    kind: Literal["receipt"] = Field("receipt", description="Always 'receipt'.")
+
+
+class InboxMessage(AvroModel):
+    """A message or command sent to a conversation; durable before the runner sees it."""
+
+    id: str = Field(description="Unique inbox record id.")
+    conversation_id: str = Field(description="Target conversation; the Kafka key.")
+    tenant_id: str = Field(description="Tenant of the conversation.")
+    timestamp: AwareDatetime = Field(description="When it was accepted (UTC).")
+    command: InboxCommand = Field(description="What to do.")
+    content: str = Field("", description="Message text.")
+    sender: str = Field("user", description="Who sent it.")
+    operation_id: str | None = Field(None, description="Operation a 'resolve' command refers to.")
+    kind: Literal["inbox_message"] = Field("inbox_message", description="Always 'inbox_message'.")
+
+
+class Snapshot(AvroModel):
+    """Base-state snapshot of a conversation with the events offset it covers."""
+
+    conversation_id: str = Field(description="Conversation; the Kafka key.")
+    tenant_id: str = Field(description="Tenant of the conversation.")
+    timestamp: AwareDatetime = Field(description="When the snapshot was taken (UTC).")
+    last_seq: int = Field(description="seq of the last event covered.")
+    last_event_id: str | None = Field(None, description="Id of the last event covered.")
+    active_leaf_id: str | None = Field(None, description="Active leaf at the snapshot.")
+    events_partition: int = Field(
+        -1, description="Partition of the events topic holding the conversation."
+    )
+    events_offset: int = Field(
+        -1, description="Events-topic offset to resume reading from (-1 unknown)."
+    )
+    execution_status: ExecutionStatus = Field(description="Execution status at the snapshot.")
+    agent_json: str = Field("{}", description="Agent configuration as JSON.")
+    stats_json: str = Field("{}", description="Run statistics as JSON.")
+    secret_names: tuple[str, ...] = Field(
+        (), description="Names (never values) of registered secrets."
+    )
+    inbox_offset: int = Field(-1, description="Next inbox offset to read (-1 unknown).")
+    open_operations: tuple[str, ...] = Field(
+        (), description="Operation ids not yet confirmed or failed."
+    )
+    kind: Literal["snapshot"] = Field("snapshot", description="Always 'snapshot'.")
+
+
+LedgerEvent = Annotated[
+    EffectProposed
+    | EffectStarted
+    | EffectConfirmed
+    | EffectFailed
+    | EffectUnknown
+    | EffectResolved,
+    Field(discriminator="kind"),
+]
+"""Any effect-ledger transition, discriminated by `kind`."""
+
+LEDGER_TYPES: tuple[type[LedgerRecord], ...] = (
+    EffectProposed,
+    EffectStarted,
+    EffectConfirmed,
+    EffectFailed,
+    EffectUnknown,
+    EffectResolved,
+)
+"""Every effect-ledger record type."""
+
+RECORD_TYPES: tuple[type[AvroModel], ...] = (
+    *LEDGER_TYPES,
+    Receipt,
+    InboxMessage,
+    Snapshot,
+)
+"""Every non-event record type."""

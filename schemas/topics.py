@@ -1,0 +1,56 @@
+"""The topic registry: every topic convdb uses, declared once as an object (DESIGN §4)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from schemas._types import AvroModel
+from schemas.events import EVENT_TYPES
+from schemas.records import LEDGER_TYPES, InboxMessage, Receipt, Snapshot
+
+
+@dataclass(frozen=True)
+class Topic:
+    """A topic: its name under a namespace, what it holds, and how the broker keeps it."""
+
+    suffix: str
+    value_types: tuple[type[AvroModel], ...]
+    config: dict[str, str] = field(default_factory=dict)
+    doc: str = ""
+
+    def name(self, namespace: str) -> str:
+        """Full topic name, e.g. ``convdb.events`` for namespace ``convdb``."""
+        return f"{namespace}.{self.suffix}"
+
+
+EVENTS = Topic(
+    "events",
+    EVENT_TYPES,
+    {"cleanup.policy": "delete", "retention.ms": "-1"},
+    "every conversation event, keyed by conversation_id",
+)
+STATE = Topic(
+    "state",
+    (Snapshot,),
+    {"cleanup.policy": "compact"},
+    "base-state snapshots with the events offset they cover",
+)
+INBOX = Topic(
+    "inbox",
+    (InboxMessage,),
+    {"cleanup.policy": "delete"},
+    "user messages and commands sent to a conversation, even before it runs",
+)
+RECEIPTS = Topic(
+    "receipts", (Receipt,), {"cleanup.policy": "delete"}, "provider receipts carrying operation_id"
+)
+EFFECTS = Topic("effects", LEDGER_TYPES, {"cleanup.policy": "delete"}, "effect-ledger transitions")
+DLQ = Topic(
+    "dlq",
+    (),
+    {"cleanup.policy": "delete"},
+    "undecodable or invalid records, original bytes + error headers",
+)
+
+ALL_TOPICS: tuple[Topic, ...] = (EVENTS, STATE, INBOX, RECEIPTS, EFFECTS, DLQ)
+"""Every topic; all share one partition count so joined topics are co-partitioned."""
