@@ -19,9 +19,7 @@ logger = logging.getLogger(__name__)
 def common_config(settings: Settings) -> dict[str, Any]:
     """Settings every client shares: bootstrap servers plus the raw `extra` passthrough."""
     if not settings.bootstrap_servers:
-        raise NoBrokerError(
-            "no Kafka broker configured: set CONVDB_BOOTSTRAP_SERVERS or run `convdb dev up`"
-        )
+        raise NoBrokerError("no Kafka broker configured: set CONVDB_BOOTSTRAP_SERVERS or run `convdb dev up`")
     return {"bootstrap.servers": settings.bootstrap_servers, **settings.kafka.extra}
 
 
@@ -107,9 +105,7 @@ def apply_topics(
             result[name] = "exists"
         else:
             wanted.append(
-                NewTopic(
-                    name, settings.partitions, settings.replication_factor, config=topic.config
-                )
+                NewTopic(name, settings.partitions, settings.replication_factor, config=topic.config)
             )
     futures = admin.create_topics(wanted, request_timeout=timeout) if wanted else {}
     for name, future in futures.items():

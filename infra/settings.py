@@ -28,16 +28,12 @@ class KafkaSettings(Section):
         description="True when the broker is the embedded Tansu: short group timeouts that a real "
         "Kafka rejects (group.min.session.timeout.ms=6000).",
     )
-    session_timeout_ms: int = Field(
-        10000, description="Consumer group session timeout on a real Kafka."
-    )
+    session_timeout_ms: int = Field(10000, description="Consumer group session timeout on a real Kafka.")
     heartbeat_interval_ms: int = Field(3000, description="Heartbeat interval on a real Kafka.")
     embedded_session_timeout_ms: int = Field(
         2000, description="Session timeout on the embedded broker (it holds joins session/2)."
     )
-    embedded_heartbeat_interval_ms: int = Field(
-        500, description="Heartbeat on the embedded broker."
-    )
+    embedded_heartbeat_interval_ms: int = Field(500, description="Heartbeat on the embedded broker.")
     linger_ms: float = Field(5.0, description="Producer linger: batching against latency.")
     delivery_timeout_s: float = Field(
         30.0, description="How long a produce may wait for the broker before it fails loudly."
@@ -100,16 +96,12 @@ class Settings(BaseSettings):
     schema_registry_url: str | None = Field(
         None, description="Confluent schema registry; unset means Avro single-object encoding."
     )
-    data_dir: Path = Field(
-        Path(".convdb"), description="Local state: dev stack info, SQLite files."
-    )
+    data_dir: Path = Field(Path(".convdb"), description="Local state: dev stack info, SQLite files.")
     store_url: str | None = Field(
         None,
         description="SQLAlchemy URL of the projection store; default a SQLite file in data_dir.",
     )
-    archive_url: str | None = Field(
-        None, description="Archive location: s3://bucket/prefix or file:///dir."
-    )
+    archive_url: str | None = Field(None, description="Archive location: s3://bucket/prefix or file:///dir.")
     kafka: KafkaSettings = Field(default_factory=KafkaSettings)
     s3: S3Settings = Field(default_factory=S3Settings)
     llm: LLMSettings = Field(default_factory=LLMSettings)

@@ -1,0 +1,1 @@
+"""The `convdb` command line: the composition root (may import every package)."""

@@ -1,0 +1,50 @@
+"""`convdb dev up|down|status`: the embedded broker and local S3 in the background."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from infra import devstack
+from infra.settings import Settings
+
+
+def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    """Add the `dev` command."""
+    dev = sub.add_parser("dev", help="run the embedded broker and local S3 in the background")
+    actions = dev.add_subparsers(dest="action", required=True, metavar="ACTION")
+    p_up = actions.add_parser("up", help="start them (no-op if running); info in CONVDB_DATA_DIR")
+    p_up.add_argument(
+        "--persistent", action="store_true", help="keep broker data on the local S3 across restarts"
+    )
+    p_up.add_argument("--no-s3", action="store_true", help="broker only, no local S3")
+    p_up.set_defaults(func=_up)
+    actions.add_parser("down", help="stop them").set_defaults(func=_down)
+    actions.add_parser("status", help="show what runs and where").set_defaults(func=_status)
+
+
+def _up(args: argparse.Namespace) -> int:
+    settings = Settings()
+    stack = devstack.up(settings, persistent=args.persistent, with_s3=not args.no_s3)
+    print(f"broker: {stack.bootstrap_servers}")
+    if stack.s3_endpoint:
+        print(f"s3:     {stack.s3_endpoint} (bucket {stack.bucket})")
+    print(f"info:   {devstack.stack_file(settings)}")
+    return 0
+
+
+def _down(_: argparse.Namespace) -> int:
+    stopped = devstack.down(Settings())
+    print("stopped" if stopped else "no dev stack was running")
+    return 0
+
+
+def _status(_: argparse.Namespace) -> int:
+    settings = Settings()
+    stack = devstack.read_stack(settings)
+    if stack is None:
+        print("down")
+        return 1
+    state = "up" if stack.alive else "dead (run `convdb dev down`, then `convdb dev up`)"
+    print(json.dumps({"state": state, **stack.__dict__}, indent=2))
+    return 0 if stack.alive else 1

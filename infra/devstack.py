@@ -1,0 +1,163 @@
+"""The local dev stack: embedded broker + local S3, in the background or for one command.
+
+`convdb dev up` starts both detached and records how to reach them in `<data_dir>/dev.json`;
+later commands find them there when `CONVDB_BOOTSTRAP_SERVERS` is unset.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from contextlib import ExitStack
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from infra.broker import EmbeddedBroker
+from infra.errors import InfraError
+from infra.kafka import apply_topics
+from infra.procs import pid_alive, stop_group
+from infra.s3server import DEFAULT_BUCKET, EmbeddedS3
+from infra.settings import S3Settings, Settings
+
+logger = logging.getLogger(__name__)
+
+EMBEDDED_S3_KEY = "convdb"
+
+
+@dataclass(frozen=True)
+class DevStack:
+    """How to reach a running dev stack."""
+
+    bootstrap_servers: str
+    broker_pid: int
+    s3_endpoint: str | None = None
+    s3_pid: int | None = None
+    bucket: str = DEFAULT_BUCKET
+    persistent: bool = False
+
+    @property
+    def alive(self) -> bool:
+        """True when the broker (and S3, if any) still run."""
+        return pid_alive(self.broker_pid) and (self.s3_pid is None or pid_alive(self.s3_pid))
+
+    def apply(self, settings: Settings) -> Settings:
+        """Settings pointed at this stack (broker, and S3 archive unless one is configured)."""
+        settings = settings.with_broker(self.bootstrap_servers, embedded=True)
+        if self.s3_endpoint and not settings.archive_url:
+            s3 = S3Settings(
+                endpoint_url=self.s3_endpoint,
+                access_key_id=EMBEDDED_S3_KEY,
+                secret_access_key=EMBEDDED_S3_KEY,  # type: ignore[arg-type]
+            )
+            settings = settings.model_copy(update={"s3": s3, "archive_url": f"s3://{self.bucket}/archive"})
+        return settings
+
+
+def stack_file(settings: Settings) -> Path:
+    """Where `convdb dev up` records the stack."""
+    return settings.data_dir / "dev.json"
+
+
+def read_stack(settings: Settings) -> DevStack | None:
+    """The recorded dev stack, or None when none was started."""
+    path = stack_file(settings)
+    if not path.exists():
+        return None
+    return DevStack(**json.loads(path.read_text()))
+
+
+def resolve(settings: Settings) -> Settings:
+    """Point settings at the running dev stack when no broker is configured."""
+    if settings.bootstrap_servers:
+        return settings
+    stack = read_stack(settings)
+    if stack is None or not stack.alive:
+        return settings
+    return stack.apply(settings)
+
+
+def up(settings: Settings, *, persistent: bool = False, with_s3: bool = True) -> DevStack:
+    """Start the embedded broker and local S3 in the background (no-op if already up)."""
+    current = read_stack(settings)
+    if current is not None and current.alive:
+        return current
+    root = settings.data_dir.resolve()
+    root.mkdir(parents=True, exist_ok=True)
+    s3 = None
+    if with_s3 or persistent:
+        s3 = EmbeddedS3(root / "s3").start(detached=True)
+    env = {}
+    storage = "memory://tansu/"
+    if persistent:
+        assert s3 is not None
+        s3_client_bucket(s3, "tansu")
+        env = {
+            "AWS_ACCESS_KEY_ID": EMBEDDED_S3_KEY,
+            "AWS_SECRET_ACCESS_KEY": EMBEDDED_S3_KEY,
+            "AWS_DEFAULT_REGION": "us-east-1",
+            "AWS_ENDPOINT": s3.endpoint_url,
+            "AWS_ALLOW_HTTP": "true",
+        }
+        storage = "s3://tansu/"
+    broker = EmbeddedBroker(root / "broker.log", storage=storage, env=env).start(detached=True)
+    assert broker.proc is not None
+    stack = DevStack(
+        bootstrap_servers=broker.bootstrap_servers,
+        broker_pid=broker.proc.pid,
+        s3_endpoint=s3.endpoint_url if s3 else None,
+        s3_pid=s3.proc.pid if s3 and s3.proc else None,
+        persistent=persistent,
+    )
+    stack_file(settings).write_text(json.dumps(asdict(stack), indent=2))
+    apply_topics(stack.apply(settings))
+    return stack
+
+
+def s3_client_bucket(s3: EmbeddedS3, bucket: str) -> None:
+    """Create a bucket on the embedded S3 if it is missing."""
+    from infra.s3 import make_s3_client
+
+    client = make_s3_client(s3.endpoint_url, "us-east-1", EMBEDDED_S3_KEY, EMBEDDED_S3_KEY)
+    existing = {b["Name"] for b in client.list_buckets().get("Buckets", [])}
+    if bucket not in existing:
+        client.create_bucket(Bucket=bucket)
+
+
+def down(settings: Settings) -> bool:
+    """Stop the recorded dev stack; False when none was recorded."""
+    stack = read_stack(settings)
+    if stack is None:
+        return False
+    stop_group(stack.broker_pid)
+    if stack.s3_pid:
+        stop_group(stack.s3_pid, timeout=20.0)
+    stack_file(settings).unlink(missing_ok=True)
+    return True
+
+
+class EphemeralStack:
+    """An embedded broker (and S3) for the lifetime of one command; dies with its parent."""
+
+    def __init__(self, settings: Settings, *, with_s3: bool = True) -> None:
+        self.settings = settings
+        self.with_s3 = with_s3
+        self._stack = ExitStack()
+
+    def __enter__(self) -> Settings:
+        root = self.settings.data_dir.resolve()
+        root.mkdir(parents=True, exist_ok=True)
+        try:
+            broker = self._stack.enter_context(EmbeddedBroker(root / "broker.log"))
+            stack = DevStack(broker.bootstrap_servers, broker_pid=0)
+            if self.with_s3:
+                s3 = self._stack.enter_context(EmbeddedS3(root / "s3"))
+                stack = DevStack(broker.bootstrap_servers, 0, s3.endpoint_url, None)
+        except InfraError:
+            self._stack.close()
+            raise
+        settings = stack.apply(self.settings)
+        apply_topics(settings)
+        return settings
+
+    def __exit__(self, *exc: object) -> None:
+        self._stack.close()
