@@ -51,7 +51,12 @@ class SequenceCheck:
         self._last: dict[str, int] = {}
 
     def check(self, event: EventEnvelope) -> None:
-        """Raise `SequenceGapError` unless `event.seq` is last + 1 (any seq is fine at first sight)."""
+        """Raise `SequenceGapError` unless `event.seq` is last + 1 (any seq is fine at first sight).
+
+        seq 0 marks an annotation outside the chain (a TitleEvent) and is not checked.
+        """
+        if event.seq == 0:
+            return
         last = self._last.get(event.conversation_id)
         if last is not None and event.seq != last + 1:
             raise SequenceGapError(

@@ -24,7 +24,8 @@ class EventEnvelope(AvroModel):
     conversation_id: str = Field(description="Conversation the event belongs to; the Kafka key.")
     tenant_id: str = Field(description="Tenant that owns the conversation.")
     seq: int = Field(
-        description="Per-conversation sequence number, gap-free from 1, assigned by the writer."
+        description="Per-conversation sequence number, gap-free from 1, assigned by the writer; "
+        "0 for annotations outside the chain (TitleEvent)."
     )
     timestamp: AwareDatetime = Field(description="When the event was created (UTC).")
     source: EventSource = Field(description="Who produced the event.")
