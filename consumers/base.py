@@ -4,6 +4,10 @@ A *projector* is a consumer plugin that folds decoded records into store tables 
 projection from `projections/`. The runner (live), `convdb replay` (Kafka or archive) and
 `convdb audit` all drive the same three methods, so a replay is the live code path.
 Plugins are registered under the `convdb.consumers` entry-point group (name -> class).
+
+A projector may also define `after_commit(engine, caught_up)`: the live runner calls it after
+each committed batch (and when idle) with the topic-partitions consumed to their end, for
+effects that must stay out of the store transaction and out of replays (LLM titles).
 """
 
 from __future__ import annotations

@@ -22,23 +22,28 @@ class DeadLetterError(ConsumerError):
     """A poison record could not be written to the DLQ (the batch is not committed)."""
 
 
+class ProduceError(ConsumerError):
+    """A record a consumer produces (a generated TitleEvent) was not acknowledged by the broker."""
+
+
 class PluginError(ConsumerError):
     """A consumer plugin is unknown or does not load."""
 
 
-class RecordRejectedError(ConsumerError):
-    """A projector refused one decoded record (gap, illegal transition): it goes to the DLQ.
+class RecordsRejectedError(ConsumerError):
+    """A projector refused decoded records (seq gap, unknown parent): they go to the DLQ.
 
-    Raised from `Projector.apply`; the runner rolls the batch back, sends `record` to the DLQ
-    and applies the batch again without it.
+    Raised from `Projector.apply` after folding the rest of the batch; the runner rolls the
+    batch back, sends every rejected record to the DLQ and applies the batch again without them.
     """
 
-    def __init__(self, record: ConsumedRecord, reason: str) -> None:
+    def __init__(self, rejected: list[tuple[ConsumedRecord, BaseException]]) -> None:
+        first, error = rejected[0]
         super().__init__(
-            f"{record.topic}[{record.partition}]@{record.offset} key={record.key}: {reason}"
+            f"{len(rejected)} record(s) rejected, first {first.topic}[{first.partition}]@{first.offset} "
+            f"key={first.key}: {type(error).__name__}: {error}"
         )
-        self.record = record
-        self.reason = reason
+        self.rejected = rejected
 
 
 class QueryInputError(ConsumerError):

@@ -53,6 +53,32 @@ class S3Settings(Section):
     secret_access_key: SecretStr | None = Field(None, description="Secret key.")
 
 
+class ArchiveSettings(Section):
+    """The S3 archive sink: when it closes an object (DESIGN §9)."""
+
+    max_records: int = Field(
+        10000, description="Close an archive object after this many records (deterministic rotation)."
+    )
+    max_bytes: int = Field(
+        16 * 1024 * 1024,
+        description="Close an archive object once its record bytes reach this (deterministic rotation).",
+    )
+    max_age_s: float = Field(
+        60.0,
+        description="Close a non-empty object this long after its first record arrived (wall clock; a "
+        "crash before the commit is made safe by adopting the uploaded object's boundaries on restart).",
+    )
+    topics: tuple[str, ...] = Field(
+        ("events", "state", "inbox", "receipts", "effects", "dlq"),
+        description="Registry topic suffixes the archive sink copies.",
+    )
+    crash_at: str | None = Field(
+        None,
+        description="Fault-injection hook for tests only: 'after_put:N' SIGKILLs the sink after its Nth "
+        "object upload, before the Kafka commit.",
+    )
+
+
 class LLMSettings(Section):
     """Which LLM the agent and the titles service call through litellm."""
 
@@ -64,6 +90,40 @@ class LLMSettings(Section):
         None, description="Model for LLM titles; None keeps the first-message title."
     )
     timeout_s: float = Field(60.0, description="Timeout of one LLM call.")
+    scripted_backend: str = Field(
+        "litellm",
+        description="How 'convdb/scripted' runs: 'litellm' (litellm.completion with mock_response, "
+        "priced) or 'direct' (same replies without importing litellm; for short-lived test processes).",
+    )
+
+
+class RuntimeSettings(Section):
+    """Limits and knobs of the agent runtime (producers)."""
+
+    max_iterations: int = Field(30, description="Agent steps per run() before it stops with 'error'.")
+    max_budget_usd: float | None = Field(None, description="LLM cost per conversation before it stops.")
+    action_concurrency: int = Field(4, description="Parallel actions of one LLM response run at once.")
+    tool_timeout_s: float = Field(10.0, description="Timeout of one provider call made by a tool.")
+    reconcile_after_s: float = Field(
+        30.0, description="EffectProposed.reconcile_after: when the reconciler may look an operation up."
+    )
+
+
+class ReconcilerSettings(Section):
+    """The effect reconciler (faust worker, `convdb reconcile`) and its lookup resolvers."""
+
+    tick_interval_s: float = Field(1.0, description="How often the timer checks deadlines and receipts.")
+    receipt_grace_s: float = Field(
+        2.0, description="How long a receipt waits for the runner's own confirmation before it is acted on."
+    )
+    max_lookups: int = Field(
+        3, description="Lookups that may answer 'unknown' before the reconciler stops asking the provider."
+    )
+    lookup_timeout_s: float = Field(5.0, description="Timeout of one resolver lookup.")
+    resolver_urls: dict[str, str] = Field(
+        default_factory=dict,
+        description="Resolver name -> provider base URL, e.g. {\"tracker\": \"http://127.0.0.1:9000\"}.",
+    )
 
 
 class ApiSettings(Section):
@@ -105,7 +165,14 @@ class Settings(BaseSettings):
     kafka: KafkaSettings = Field(default_factory=KafkaSettings)
     s3: S3Settings = Field(default_factory=S3Settings)
     llm: LLMSettings = Field(default_factory=LLMSettings)
+    archive: ArchiveSettings = Field(default_factory=ArchiveSettings)
     api: ApiSettings = Field(default_factory=ApiSettings)
+    runtime: RuntimeSettings = Field(default_factory=RuntimeSettings)
+    reconciler: ReconcilerSettings = Field(default_factory=ReconcilerSettings)
+    crash_at: str | None = Field(
+        None, description="Fault injection: SIGKILL the runner at this named crash point (tests only)."
+    )
+    crash_tool: str | None = Field(None, description="Fault injection: only for actions of this tool.")
 
     def topic(self, suffix: str) -> str:
         """Full name of a topic under this namespace."""

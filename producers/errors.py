@@ -15,3 +15,31 @@ class FencedError(PublishError):
 
 class SequenceGapError(ConvdbError):
     """An event's seq is not last seq + 1 for its conversation (a gap or a duplicate)."""
+
+
+class IllegalTransitionError(ConvdbError):
+    """An execution-status change that the status machine does not allow."""
+
+
+class ToolArgumentError(ConvdbError):
+    """The LLM called a tool with arguments that do not fit its parameters (or an unknown tool)."""
+
+
+class EffectError(ConvdbError):
+    """A tool's side effect did not go as planned; `retryable` says whether a retry may help."""
+
+    def __init__(self, message: str, *, retryable: bool = False) -> None:
+        super().__init__(message)
+        self.retryable = retryable
+
+
+class OutcomeUnknownError(EffectError):
+    """The provider call may or may not have happened (connection dropped, timeout)."""
+
+
+class LLMError(ConvdbError):
+    """The LLM call failed (provider error, timeout, unusable reply)."""
+
+
+class ConversationNotFoundError(ConvdbError):
+    """No event of this conversation is on the events topic."""

@@ -71,9 +71,16 @@ class SchemaCatalog:
         return cls(versions)
 
     def restricted(self, name: str, version: int) -> SchemaCatalog:
-        """This catalog with `name` pinned to one version as reader (for evolution tests and old readers)."""
-        keep = [v for v in self.versions if v.name != name or v.version <= version]
-        return SchemaCatalog(keep)
+        """This catalog with `name` pinned to one version as reader (for evolution tests and old readers).
+
+        Newer versions stay known as writers, so the pinned reader resolves their data onto its schema.
+        """
+        pinned = SchemaCatalog(self.versions)
+        matches = [v for v in self.versions if v.name == name and v.version == version]
+        if not matches:
+            raise KeyError(f"no shipped schema {name} v{version}")
+        pinned.latest[name] = matches[0]
+        return pinned
 
 
 def load_version(name: str, version: int, text: str) -> SchemaVersion:

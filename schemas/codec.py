@@ -123,7 +123,8 @@ class ConfluentCodec:
         from confluent_kafka.schema_registry import SchemaRegistryClient
 
         self.catalog = catalog or shipped_catalog()
-        self.client = SchemaRegistryClient({"url": registry_url})
+        # new_client, not the constructor: it maps a mock:// URL to the in-memory registry.
+        self.client = SchemaRegistryClient.new_client({"url": registry_url})
         self._ids: dict[str, int] = {}
         self._writers: dict[int, tuple[str, dict[str, Any]]] = {}
 

@@ -100,3 +100,27 @@ def wait_until(
         if time.monotonic() > deadline:
             pytest.fail(f"timed out after {timeout}s waiting for {what}")
         time.sleep(0.05)
+
+
+@dataclass(frozen=True)
+class S3Endpoint:
+    """The S3 endpoint the test run talks to."""
+
+    endpoint_url: str
+    access_key_id: str
+    secret_access_key: str
+    kind: str
+
+
+@pytest.fixture(scope="session")
+def s3_endpoint(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Endpoint]:
+    """CONVDB_TEST_S3_ENDPOINT (external, keys from CONVDB_TEST_S3_KEY/SECRET), else a SeaweedFS server."""
+    external = os.environ.get("CONVDB_TEST_S3_ENDPOINT")
+    if external:
+        key = os.environ.get("CONVDB_TEST_S3_KEY", "test")
+        yield S3Endpoint(external, key, os.environ.get("CONVDB_TEST_S3_SECRET", key), "external")
+        return
+    from infra.s3server import EmbeddedS3
+
+    with EmbeddedS3(tmp_path_factory.mktemp("s3") / "weed") as server:
+        yield S3Endpoint(server.endpoint_url, "convdb", "convdb", "seaweedfs")

@@ -11,6 +11,8 @@ import logging
 import os
 import sys
 
+from confluent_kafka import KafkaException
+
 from infra.cli._common import UsageError
 from schemas.errors import ConvdbError
 
@@ -18,6 +20,14 @@ COMMAND_MODULES = (
     "infra.cli.dev",
     "infra.cli.topics",
     "infra.cli.tail",
+    "infra.cli.run",
+    "infra.cli.demo",
+    "infra.cli.consume",
+    "infra.cli.serve",
+    "infra.cli.replay",
+    "infra.cli.audit",
+    "infra.cli.export",
+    "infra.cli.reconcile",
 )
 """Modules that register subcommands, in help order; each has `register(subparsers)`."""
 
@@ -49,6 +59,12 @@ def main(argv: list[str] | None = None) -> int:
         parser.exit(2, f"convdb: error: {exc}\n")
     except ConvdbError as exc:
         print(f"convdb: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return 1
+    except KafkaException as exc:
+        # A broker that is configured but unreachable surfaces here from any command.
+        error = exc.args[0] if exc.args else exc
+        reason = error.str() if hasattr(error, "str") else str(error)
+        print(f"convdb: Kafka error: {reason} (is the broker reachable?)", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         return 130

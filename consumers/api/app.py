@@ -1,0 +1,92 @@
+"""The query API's app factory: FastAPI over the projection store, API keys mapped to tenants.
+
+Routers come from an explicit list of modules (`ROUTERS`), each exposing `router`; another
+service adds its endpoints by passing a longer list (e.g. receipts, operations).
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+
+from consumers.api.deps import ApiContext
+from consumers.errors import QueryInputError
+from consumers.store import open_engine
+from infra.settings import Settings
+from projections.errors import QueryError
+from schemas import make_codec
+
+logger = logging.getLogger(__name__)
+
+ROUTERS: tuple[str, ...] = (
+    "consumers.api.conversations",
+    "consumers.api.events",
+    "consumers.api.messages",
+    "consumers.api.receipts",
+    "consumers.api.operations",
+)
+"""Router modules included by default, in OpenAPI order."""
+
+
+def create_app(settings: Settings, routers: Sequence[str] = ROUTERS) -> FastAPI:
+    """The API app: reads the store at `settings.resolved_store_url`, writes to the inbox topic."""
+    app = FastAPI(
+        lifespan=_lifespan,
+        title="convdb query API",
+        description="Conversations, their active-branch views, titles, stats and events, per tenant. "
+        "Authenticate with the `X-API-Key` header.",
+        version="1",
+    )
+    engine = open_engine(settings.resolved_store_url, writer=False)
+    app.state.ctx = ApiContext(settings, engine, make_codec(settings.schema_registry_url))
+    _ensure_tables(engine)
+    for name in routers:
+        app.include_router(importlib.import_module(name).router)
+    app.add_exception_handler(RequestValidationError, _bad_request)
+    app.add_exception_handler(QueryError, _query_error)
+    app.add_exception_handler(QueryInputError, _query_error)
+    return app
+
+
+@asynccontextmanager
+async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
+    yield
+    ctx: ApiContext = app.state.ctx
+    for extra in ctx.extras.values():
+        close = getattr(extra, "close", None)
+        if close is not None:
+            close()
+    ctx.engine.dispose()
+
+
+def _ensure_tables(engine: object) -> None:
+    # The API may start before any consumer: create the read tables (idempotent, no version
+    # row) so that queries answer "nothing yet" instead of failing.
+    from consumers.effects.tables import metadata as effects_tables
+    from consumers.index.tables import metadata as index_tables
+    from consumers.stats.projector import metadata as stats_tables
+    from consumers.titles.projector import metadata as titles_tables
+    from consumers.views.tables import metadata as views_tables
+
+    with engine.begin() as conn:  # type: ignore[attr-defined]
+        for metadata in (views_tables, index_tables, stats_tables, titles_tables, effects_tables):
+            metadata.create_all(conn)
+
+
+async def _bad_request(_request: Request, exc: Exception) -> JSONResponse:
+    errors = exc.errors() if isinstance(exc, RequestValidationError) else []
+    problems = [
+        f"`{'.'.join(str(p) for p in e['loc'] if p not in ('query', 'body', 'path'))}`: {e['msg']}"
+        for e in errors
+    ]
+    return JSONResponse({"detail": "bad request: " + "; ".join(problems)}, status_code=400)
+
+
+async def _query_error(_request: Request, exc: Exception) -> JSONResponse:
+    return JSONResponse({"detail": str(exc)}, status_code=400)

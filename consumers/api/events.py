@@ -1,0 +1,61 @@
+"""Event search: filters + keyset cursor over the index (O(log N + page))."""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Query
+
+from consumers.api.deps import Conn, Tenant
+from consumers.index import search
+from projections.index import SearchQuery
+
+router = APIRouter(tags=["events"])
+
+
+@router.get("/events", summary="Search the tenant's events")
+def search_events(
+    tenant_id: Tenant,
+    conn: Conn,
+    conversation_id: Annotated[str | None, Query(description="Only this conversation.")] = None,
+    kind: Annotated[list[str] | None, Query(description="Event kind(s), e.g. action; repeatable.")] = None,
+    source: Annotated[
+        list[str] | None, Query(description="Source(s): user, agent, environment, hook.")
+    ] = None,
+    since: Annotated[datetime | None, Query(description="At or after this time (ISO-8601).")] = None,
+    until: Annotated[datetime | None, Query(description="Before this time (ISO-8601).")] = None,
+    limit: Annotated[int, Query(description="Rows per page (1..500).")] = 50,
+    cursor: Annotated[str | None, Query(description="`next_cursor` of the previous page.")] = None,
+) -> dict[str, Any]:
+    """Events in (timestamp, conversation, seq) order; pass `next_cursor` back for the next page.
+
+    A bad filter or cursor answers 400 with a message naming it.
+    """
+    query = SearchQuery(
+        tenant_id=tenant_id,
+        conversation_id=conversation_id,
+        kinds=tuple(kind or ()),
+        sources=tuple(source or ()),
+        since=since,
+        until=until,
+        limit=limit,
+        cursor=cursor,
+    )
+    page = search(conn, query)
+    return {"events": [_event(r) for r in page.rows], "next_cursor": page.cursor}
+
+
+def _event(row: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "event_id": row["event_id"],
+        "conversation_id": row["conversation_id"],
+        "seq": row["seq"],
+        "kind": row["kind"],
+        "source": row["source"],
+        "text": row["text"],
+        "partition": row["partition"],
+        "offset": row["offset"],
+        "event": json.loads(row["payload"]),
+    }

@@ -1,0 +1,126 @@
+"""The human queue and effect status: operations per tenant, resolve an unknown, conversation status.
+
+A decision is published twice, on purpose: an `EffectResolved` on the effects topic (so the
+queue and the ledger show it at once; its id is derived from operation + attempt, so of two
+racing decisions readers keep the first) and an `InboxMessage(command="resolve")` that wakes
+the conversation's runner, which records the decision in its own ledger and continues.
+"""
+
+from __future__ import annotations
+
+import uuid
+from datetime import UTC, datetime
+from typing import Annotated, Any, Literal
+
+from fastapi import APIRouter, HTTPException, Query
+from fastapi.concurrency import run_in_threadpool
+from pydantic import BaseModel, ConfigDict, Field
+
+from consumers.api.deps import Conn, Ctx, Tenant
+from consumers.api.receipts import publish_durable
+from consumers.effects import (
+    conversation_status,
+    counts_by_status,
+    get_operation,
+    list_operations,
+    operation_ledger,
+    operation_view,
+)
+from projections.effects import OperationState, OperationStatus, transition_id
+from schemas import EffectResolved, InboxMessage
+from schemas.topics import EFFECTS, INBOX
+
+router = APIRouter(tags=["effects"])
+
+Status = Literal["proposed", "executing", "confirmed", "failed", "unknown"]
+
+
+class Resolve(BaseModel):
+    """A human's decision on an operation whose outcome is unknown."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    decision: Literal["confirmed", "failed", "retry"] = Field(
+        description="confirmed: it happened; failed: it did not and must not be retried; retry: run it again."
+    )
+    note: str = Field("", max_length=2000, description="Why (kept on the ledger).")
+
+
+@router.get("/operations", summary="the tenant's operations; status=unknown is the human queue")
+def operations(
+    tenant: Tenant,
+    conn: Conn,
+    status: Status | None = None,
+    after: Annotated[str | None, Query(description="operation_id to continue after (keyset page)")] = None,
+    limit: Annotated[int, Query(ge=1, le=500)] = 50,
+) -> dict[str, Any]:
+    """Operations with intent (tool + arguments), target and evidence, plus counts by status."""
+    states = list_operations(conn, tenant, status, after, limit)
+    return {
+        "operations": [operation_view(s) for s in states],
+        "next": states[-1].operation_id if len(states) == limit else None,
+        "counts": counts_by_status(conn, tenant),
+    }
+
+
+def _owned(conn: Any, tenant: str, operation_id: str) -> OperationState:
+    state = get_operation(conn, operation_id)
+    if state is None or state.status is None or state.tenant_id != tenant:
+        raise HTTPException(404, f"no operation {operation_id!r}")
+    return state
+
+
+@router.post(
+    "/operations/{operation_id:path}/resolve",
+    status_code=202,
+    summary="decide an unknown operation: confirmed, failed, or retry",
+)
+async def resolve(operation_id: str, body: Resolve, tenant: Tenant, conn: Conn, ctx: Ctx) -> dict[str, Any]:
+    """Record the decision on the ledger and wake the conversation's runner; 409 unless unknown."""
+    state = _owned(conn, tenant, operation_id)
+    if state.status is not OperationStatus.UNKNOWN:
+        raise HTTPException(
+            409, f"operation {operation_id} is {state.status}, not unknown: nothing to decide"
+        )
+    now = datetime.now(UTC)
+    by = f"human:{tenant}"
+    resolved = EffectResolved(
+        id=transition_id(operation_id, f"human@{state.attempt}"),
+        operation_id=operation_id,
+        conversation_id=state.conversation_id,
+        tenant_id=tenant,
+        timestamp=now,
+        decision=body.decision,
+        resolved_by=by,
+        note=body.note,
+    )
+    wake = InboxMessage(
+        id=str(uuid.uuid4()),
+        conversation_id=state.conversation_id,
+        tenant_id=tenant,
+        timestamp=now,
+        command="resolve",
+        content=body.decision,
+        sender=by,
+        operation_id=operation_id,
+    )
+    # The decision is durable on the ledger before the runner is woken to act on it.
+    await run_in_threadpool(publish_durable, ctx, [(EFFECTS, resolved)])
+    await run_in_threadpool(publish_durable, ctx, [(INBOX, wake)])
+    return {"operation_id": operation_id, "decision": body.decision, "ledger_id": resolved.id}
+
+
+@router.get("/operations/{operation_id:path}", summary="one operation with its ledger")
+def operation(operation_id: str, tenant: Tenant, conn: Conn) -> dict[str, Any]:
+    """An operation's intent, status, evidence and every distinct ledger record."""
+    state = _owned(conn, tenant, operation_id)
+    return {**operation_view(state), "ledger": operation_ledger(conn, operation_id)}
+
+
+@router.get("/conversations/{conversation_id}/status", summary="done? stopped? effects confirmed?")
+def status(conversation_id: str, tenant: Tenant, conn: Conn) -> dict[str, Any]:
+    """Three separate facts, never one green tick: agent says done, run loop stopped, effects confirmed."""
+    found = conversation_status(conn, conversation_id)
+    if found is None or found["tenant_id"] != tenant:
+        raise HTTPException(404, f"no conversation {conversation_id!r}")
+    return found

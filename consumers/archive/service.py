@@ -1,0 +1,131 @@
+"""The archive consumer service: Kafka -> `ArchiveSink` -> S3, offsets committed after each upload.
+
+Not a `Projector` (it writes objects, not store rows): it runs its own loop in its own group
+`<namespace>.archive`. Exactly-once by construction: an object is uploaded under a key that is
+a pure function of its offset range, and only then is `end + 1` committed, synchronously. A
+crash in between makes the next owner re-read from the committed offset and re-upload the
+same key with the same bytes (see `sink.py` for why the boundaries recur).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import threading
+from collections.abc import Sequence
+
+from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
+
+from consumers.archive.container import RawRecord
+from consumers.archive.errors import ArchiveError
+from consumers.archive.sink import ArchiveSink, StoredObject
+from consumers.archive.target import ArchiveTarget, open_target
+from infra.kafka import make_consumer
+from infra.settings import Settings
+from schemas.topics import ALL_TOPICS
+
+logger = logging.getLogger(__name__)
+
+_REBALANCED = {KafkaError.REBALANCE_IN_PROGRESS, KafkaError.ILLEGAL_GENERATION, KafkaError.UNKNOWN_MEMBER_ID}
+
+
+def raw_record(msg: Message) -> RawRecord:
+    """A consumed message as a `RawRecord` (bytes untouched)."""
+    _, ts = msg.timestamp()
+    headers = tuple((k, v) for k, v in (msg.headers() or ()))
+    return RawRecord(msg.topic(), msg.partition(), msg.offset(), ts, msg.key(), msg.value(), headers)
+
+
+class ArchiveConsumer:
+    """Copies every record of the archived topics to the archive, byte-exact."""
+
+    name = "archive"
+
+    def __init__(self, settings: Settings, target: ArchiveTarget | None = None, prefix: str = "") -> None:
+        self.settings = settings
+        if target is None:
+            target, prefix = open_target(settings)
+        self.sink = ArchiveSink(target, prefix, settings.archive)
+        by_suffix = {t.suffix: t for t in ALL_TOPICS}
+        self.topics = [by_suffix[s].name(settings.namespace) for s in settings.archive.topics]
+        self.objects_stored = 0
+        self.records_archived = 0
+        self._crash_after_put = _crash_point(settings.archive.crash_at)
+
+    def run(self, stop: threading.Event) -> None:
+        """Archive until `stop` is set, then flush what is buffered, commit and leave the group.
+
+        Raises:
+            ArchiveError: the archive stayed unreachable past the put deadline.
+            KafkaException: a non-retriable consumer error.
+        """
+        self.sink.setup()
+        consumer = make_consumer(self.settings, self.settings.group(self.name))
+        consumer.subscribe(
+            self.topics, on_assign=self._on_assign, on_revoke=self._on_revoke, on_lost=self._on_revoke
+        )
+        try:
+            while not stop.is_set():
+                self._poll(consumer)
+            for tp in self.sink.pending():
+                self._store(consumer, tp)
+        finally:
+            consumer.close()
+        logger.info("archive stopped: %d objects, %d records", self.objects_stored, self.records_archived)
+
+    def _poll(self, consumer: Consumer) -> None:
+        for msg in consumer.consume(1000, 0.5):
+            err = msg.error()
+            if err is not None:
+                if err.fatal() or (not err.retriable() and err.code() != KafkaError._PARTITION_EOF):
+                    raise KafkaException(err)
+                continue
+            if self.sink.add(raw_record(msg)):
+                self._store(consumer, (msg.topic(), msg.partition()))
+        for tp in self.sink.due():
+            self._store(consumer, tp)
+
+    def _store(self, consumer: Consumer, tp: tuple[str, int]) -> StoredObject:
+        stored = self.sink.flush(tp)
+        self.objects_stored += 1
+        self.records_archived += stored.index.records
+        if self._crash_after_put and self.objects_stored >= self._crash_after_put:
+            logger.error("crash point after_put:%d reached: SIGKILL before the commit", self.objects_stored)
+            os.kill(os.getpid(), signal.SIGKILL)
+        try:
+            consumer.commit(offsets=[TopicPartition(*tp, stored.next_offset)], asynchronous=False)
+        except KafkaException as exc:
+            if exc.args[0].code() not in _REBALANCED:
+                raise
+            # The partition moved on: its next owner adopts the stored object's boundaries.
+            logger.warning("%s[%d]: commit of %d lost to a rebalance", *tp, stored.next_offset)
+            self.sink.revoke(tp)
+        logger.debug("stored %s (%d records)", stored.key, stored.index.records)
+        return stored
+
+    def _on_assign(self, _consumer: Consumer, partitions: Sequence[TopicPartition]) -> None:
+        logger.info("archive assigned %s", [(p.topic, p.partition) for p in partitions])
+
+    def _on_revoke(self, _consumer: Consumer, partitions: Sequence[TopicPartition]) -> None:
+        # Buffers are dropped, not flushed: the next owner re-reads from the committed offset.
+        for p in partitions:
+            self.sink.revoke((p.topic, p.partition))
+
+
+def _crash_point(spec: str | None) -> int:
+    if not spec:
+        return 0
+    name, _, n = spec.partition(":")
+    if name != "after_put" or not n.isdigit():
+        raise ArchiveError(f"unknown archive crash point {spec!r}; expected 'after_put:N'")
+    return int(n)
+
+
+def serve(settings: Settings) -> int:
+    """Run the archive service until SIGTERM/SIGINT; returns the exit code."""
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
+    ArchiveConsumer(settings).run(stop)
+    return 0

@@ -1,0 +1,94 @@
+"""Sink throughput measurement: how many events/s one runner process applies exactly-once.
+
+Reusable by `bench/`: `fill_topic` writes pre-encoded events fast, `measure_sink` times a
+runner from its first batch until every event is in the store.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from consumers.base import Projector
+from consumers.runner import Runner
+from infra.kafka import producer_config
+from infra.settings import Settings
+from schemas import EventEnvelope, make_codec
+from schemas.topics import EVENTS
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class SinkResult:
+    """One measurement."""
+
+    events: int
+    seconds: float
+    store: str
+    projectors: tuple[str, ...]
+
+    @property
+    def per_second(self) -> float:
+        """Events applied per second."""
+        return self.events / self.seconds if self.seconds > 0 else 0.0
+
+
+def fill_topic(settings: Settings, events: Iterable[EventEnvelope]) -> int:
+    """Produce events to the events topic as fast as possible (not idempotent: this is test data)."""
+    from confluent_kafka import Producer
+
+    codec = make_codec(settings.schema_registry_url)
+    conf = producer_config(settings)
+    conf.update({"enable.idempotence": False, "acks": "1", "linger.ms": 20, "batch.num.messages": 10000})
+    producer = Producer(conf)
+    topic = EVENTS.name(settings.namespace)
+    count = 0
+    for event in events:
+        while True:
+            try:
+                producer.produce(topic, codec.encode(event), event.conversation_id)
+                break
+            except BufferError:
+                producer.poll(0.05)
+        count += 1
+    if producer.flush(60) > 0:
+        raise RuntimeError("events not delivered within 60 s")
+    return count
+
+
+def measure_sink(
+    settings: Settings,
+    projectors: Sequence[Projector],
+    expected: int,
+    timeout: float = 300.0,
+    batch_size: int = 5000,
+) -> SinkResult:
+    """Run a runner over a filled topic and time it from its first batch until `expected` events."""
+    runner = Runner(settings, projectors, name="bench", batch_size=batch_size)
+    thread = threading.Thread(target=runner.run, name="bench-runner", daemon=True)
+    thread.start()
+    deadline = time.monotonic() + timeout
+    events_total = runner.metrics.events.labels(runner.name)
+    first = None
+    try:
+        while time.monotonic() < deadline:
+            done = events_total._value.get()
+            if first is None and done > 0:
+                first = (time.monotonic(), done)
+            if done >= expected:
+                break
+            time.sleep(0.01)
+        else:
+            raise TimeoutError(f"only {events_total._value.get()} of {expected} events in {timeout}s")
+        elapsed = time.monotonic() - first[0] if first else 0.0
+        counted = expected - (first[1] if first else 0)
+    finally:
+        runner.stop()
+        thread.join(60)
+    return SinkResult(
+        counted, elapsed, runner.engine.url.get_backend_name(), tuple(p.name for p in projectors)
+    )

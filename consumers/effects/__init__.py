@@ -1,0 +1,23 @@
+"""The effects consumer: the ledger per operation, counts by status and the queue of unknowns."""
+
+from consumers.effects.projector import EffectsConsumer, load_operations, to_row
+from consumers.effects.queries import (
+    conversation_status,
+    counts_by_status,
+    get_operation,
+    list_operations,
+    operation_ledger,
+    operation_view,
+)
+
+__all__ = [
+    "EffectsConsumer",
+    "conversation_status",
+    "counts_by_status",
+    "get_operation",
+    "list_operations",
+    "load_operations",
+    "operation_ledger",
+    "operation_view",
+    "to_row",
+]

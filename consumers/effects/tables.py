@@ -1,0 +1,52 @@
+"""Tables of the effects projection: operations, their ledger, and per-conversation run facts."""
+
+from __future__ import annotations
+
+import sqlalchemy as sa
+
+metadata = sa.MetaData()
+
+operations = sa.Table(
+    "effects_operations",
+    metadata,
+    sa.Column("operation_id", sa.String(400), primary_key=True),
+    sa.Column("conversation_id", sa.String(200), nullable=False),
+    sa.Column("tenant_id", sa.String(200), nullable=False),
+    sa.Column("status", sa.String(20), doc="None while only evidence (receipt, action) is known."),
+    sa.Column("tool_name", sa.String(200), nullable=False),
+    sa.Column("effect_class", sa.String(20)),
+    sa.Column("target", sa.String(400)),
+    sa.Column("updated_us", sa.BigInteger, doc="Timestamp of the last ledger record folded."),
+    sa.Column("state", sa.Text, nullable=False, doc="The OperationState as JSON (rebuilds the fold)."),
+    sa.Index("effects_operations_queue", "tenant_id", "status", "operation_id"),
+    sa.Index("effects_operations_conversation", "conversation_id", "operation_id"),
+)
+"""One row per operation: its folded state."""
+
+ledger = sa.Table(
+    "effects_ledger",
+    metadata,
+    sa.Column("id", sa.String(100), primary_key=True, doc="Ledger record id: a repeated id is dropped."),
+    sa.Column("operation_id", sa.String(400), nullable=False),
+    sa.Column("conversation_id", sa.String(200), nullable=False),
+    sa.Column("tenant_id", sa.String(200), nullable=False),
+    sa.Column("kind", sa.String(40), nullable=False),
+    sa.Column("by", sa.String(200), nullable=False, doc="origin, or resolved_by for a resolution."),
+    sa.Column("timestamp_us", sa.BigInteger, nullable=False),
+    sa.Column("partition", sa.Integer, nullable=False),
+    sa.Column("offset", sa.BigInteger, nullable=False),
+    sa.Column("payload", sa.Text, nullable=False, doc="The ledger record as JSON."),
+    sa.Index("effects_ledger_operation", "operation_id", "timestamp_us"),
+)
+"""Every distinct ledger record, per operation (the operation's history)."""
+
+runs = sa.Table(
+    "effects_runs",
+    metadata,
+    sa.Column("conversation_id", sa.String(200), primary_key=True),
+    sa.Column("tenant_id", sa.String(200), nullable=False),
+    sa.Column("execution_status", sa.String(40), doc="Last StateUpdateEvent's status."),
+    sa.Column("last_action_seq", sa.BigInteger, nullable=False),
+    sa.Column("last_answer_seq", sa.BigInteger, nullable=False, doc="seq of the agent's last message."),
+)
+"""Per conversation, what the log says about the run (agent answer, run loop status)."""

@@ -1,0 +1,105 @@
+"""Keyset search over `index_events` for a `projections.index.SearchQuery`: O(log N + page).
+
+The order is the projection's keyset (timestamp, conversation_id, seq, event_id). Each
+(kind, source) combination asked for is one index range scan of at most `limit + 1` rows;
+several kinds or sources are merged in Python (k-way merge), so a page never sorts or scans
+the tenant's whole history.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+from dataclasses import dataclass
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection
+
+from consumers._rows import from_micros, micros
+from consumers.errors import QueryInputError
+from consumers.index.tables import events
+from projections.index import Cursor, SearchQuery, encode_cursor
+
+MAX_COMBINATIONS = 32
+"""Most (kind, source) pairs one search may ask for (each is one index range scan)."""
+
+_COLUMNS = (
+    "event_id",
+    "conversation_id",
+    "seq",
+    "kind",
+    "source",
+    "parent_id",
+    "text",
+    "timestamp_us",
+    "partition",
+    "offset",
+    "payload",
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Page:
+    """One page of rows and the cursor of the next page (None at the end)."""
+
+    rows: list[dict[str, Any]]
+    cursor: str | None
+
+
+def _sort_key(row: dict[str, Any]) -> tuple[int, str, int, str]:
+    return (row["timestamp_us"], row["conversation_id"], row["seq"], row["event_id"])
+
+
+def page_query(
+    query: SearchQuery, kind: str | None, source: str | None, after: Cursor | None
+) -> sa.Select[Any]:
+    """The SELECT of one (kind, source) range: `limit + 1` rows after the cursor."""
+    c = events.c
+    stmt = sa.select(*(c[name] for name in _COLUMNS)).where(c.tenant_id == query.tenant_id)
+    if query.conversation_id is not None:
+        stmt = stmt.where(c.conversation_id == query.conversation_id)
+    if kind is not None:
+        stmt = stmt.where(c.kind == kind)
+    if source is not None:
+        stmt = stmt.where(c.source == source)
+    if query.since is not None:
+        stmt = stmt.where(c.timestamp_us >= micros(query.since))
+    if query.until is not None:
+        stmt = stmt.where(c.timestamp_us < micros(query.until))
+    if after is not None:
+        position = (after.timestamp_us, after.conversation_id, after.seq, after.event_id)
+        stmt = stmt.where(
+            sa.tuple_(c.timestamp_us, c.conversation_id, c.seq, c.event_id) > sa.tuple_(*position)
+        )
+    order = (c.timestamp_us, c.conversation_id, c.seq, c.event_id)
+    return stmt.order_by(*order).limit(query.limit + 1)
+
+
+def search(conn: Connection, query: SearchQuery) -> Page:
+    """One page of the tenant's events matching `query`.
+
+    Raises:
+        QueryInputError: more (kind, source) combinations than `MAX_COMBINATIONS`.
+    """
+    kinds: tuple[str | None, ...] = query.kinds or (None,)
+    sources: tuple[str | None, ...] = query.sources or (None,)
+    combos = list(itertools.product(kinds, sources))
+    if len(combos) > MAX_COMBINATIONS:
+        raise QueryInputError(
+            f"bad search filter: {len(kinds)} kinds x {len(sources)} sources is more than "
+            f"{MAX_COMBINATIONS} combinations; narrow the filters"
+        )
+    after = query.after
+    ranges = [
+        [dict(r._mapping) for r in conn.execute(page_query(query, kind, source, after))]
+        for kind, source in combos
+    ]
+    merged = list(itertools.islice(heapq.merge(*ranges, key=_sort_key), query.limit + 1))
+    more = len(merged) > query.limit
+    rows = merged[: query.limit]
+    if not more or not rows:
+        return Page(rows, None)
+    last = rows[-1]
+    cursor = Cursor(from_micros(last["timestamp_us"]), last["conversation_id"], last["seq"], last["event_id"])
+    return Page(rows, encode_cursor(cursor))

@@ -1,0 +1,16 @@
+"""The effect reconciler: a faust-streaming app over events, effects and receipts (DESIGN §7)."""
+
+from consumers.reconciler.app import CHANGELOG, INPUTS, build_app, faust_config
+from consumers.reconciler.core import Reconciler
+from consumers.reconciler.resolvers import Resolver, TrackerResolver, load_resolvers
+
+__all__ = [
+    "CHANGELOG",
+    "INPUTS",
+    "Reconciler",
+    "Resolver",
+    "TrackerResolver",
+    "build_app",
+    "faust_config",
+    "load_resolvers",
+]

@@ -1,0 +1,114 @@
+"""The faust-streaming app of the reconciler: one agent over events + effects + receipts, a timer.
+
+The three input topics are co-partitioned by conversation_id, and an operation_id starts with
+its conversation_id, so an operation's records all arrive on one partition number and its
+table entry lives in the matching changelog partition. faust runs `at_least_once` (aiokafka
+cannot do transactions against the embedded broker, INFRA-NOTES §1.4); records are raw bytes
+in faust and go through our Avro codec, never faust Records or pickle. The table's values are
+`OperationState` JSON (internal state, not a wire contract).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from types import MappingProxyType
+from typing import Any
+
+import faust
+
+from consumers.reconciler.core import Reconciler
+from consumers.reconciler.resolvers import Resolver, load_resolvers
+from infra.settings import Settings
+from schemas import make_codec
+from schemas.topics import DLQ, EFFECTS, EVENTS, RECEIPTS, Topic
+
+logger = logging.getLogger(__name__)
+
+APP_NAME = "reconciler"
+"""The consumer group is '<namespace>.reconciler'."""
+
+TABLE_NAME = "operations"
+
+CHANGELOG = Topic(
+    f"{APP_NAME}-{TABLE_NAME}-changelog",
+    (),
+    {"cleanup.policy": "compact"},
+    "faust changelog of the reconciler's table of operations",
+)
+"""The table's changelog, named as faust names it (`<app id>-<table>-changelog`)."""
+
+INPUTS = (EVENTS, EFFECTS, RECEIPTS)
+"""Topics the reconciler's agent consumes."""
+
+_RAW: Mapping[str, str] = MappingProxyType({"key_serializer": "raw", "value_serializer": "raw"})
+
+
+def faust_config(settings: Settings) -> dict[str, Any]:
+    """faust App settings for this deployment (embedded broker: short timeouts, batches of one)."""
+    k = settings.kafka
+    session_ms = k.embedded_session_timeout_ms if k.embedded else k.session_timeout_ms
+    heartbeat_ms = k.embedded_heartbeat_interval_ms if k.embedded else k.heartbeat_interval_ms
+    servers = (settings.bootstrap_servers or "").split(",")
+    conf: dict[str, Any] = {
+        "broker": [f"kafka://{s.strip()}" for s in servers if s.strip()],
+        "store": "memory://",
+        "datadir": str(settings.data_dir / APP_NAME),
+        "processing_guarantee": "at_least_once",
+        "topic_partitions": settings.partitions,
+        "topic_replication_factor": settings.replication_factor,
+        "topic_disable_leader": True,
+        "web_enabled": False,
+        "consumer_auto_offset_reset": "earliest",
+        "table_standby_replicas": 0,
+        "broker_commit_interval": 1.0,
+        "broker_session_timeout": session_ms / 1000,
+        "broker_heartbeat_interval": heartbeat_ms / 1000,
+    }
+    if k.embedded:
+        # The embedded broker's ListOffsets is wrong for multi-record batches, and faust reads
+        # the changelog's end through it: one record per batch, or table state is lost on restart.
+        conf["producer_max_batch_size"] = 1
+    return conf
+
+
+def build_app(settings: Settings, resolvers: Mapping[str, Resolver] | None = None) -> faust.App:
+    """The reconciler's faust App: table, agent and timer, wired to a `Reconciler`."""
+    ns = settings.namespace
+    (settings.data_dir / APP_NAME).mkdir(parents=True, exist_ok=True)
+    app = faust.App(settings.group(APP_NAME), **faust_config(settings))
+    source = app.topic(*(t.name(ns) for t in INPUTS), partitions=settings.partitions, **_RAW)
+    table = app.Table(TABLE_NAME, partitions=settings.partitions, key_type=bytes, value_type=bytes)
+    outputs = {
+        "effects": app.topic(EFFECTS.name(ns), partitions=settings.partitions, **_RAW),
+        "dlq": app.topic(DLQ.name(ns), partitions=settings.partitions, **_RAW),
+    }
+
+    async def send(suffix: str, key: bytes, value: bytes, headers: list[tuple[str, bytes]] | None) -> None:
+        # Wait for the broker's ack: a transition counts as sent only once it is durable.
+        fut = await outputs[suffix].send(key=key, value=value, headers=headers)
+        await fut
+
+    reconciler = Reconciler(
+        settings=settings,
+        codec=make_codec(settings.schema_registry_url),
+        table=table,
+        send=send,
+        resolvers=load_resolvers(settings) if resolvers is None else resolvers,
+    )
+
+    @app.agent(source, name=f"{APP_NAME}.ingest")
+    async def ingest(stream: Any) -> None:
+        async for event in stream.events():
+            msg = event.message
+            await reconciler.ingest(msg.topic, msg.partition, msg.offset, msg.key, event.value)
+
+    @app.timer(interval=settings.reconciler.tick_interval_s, name=f"{APP_NAME}.tick")
+    async def tick() -> None:
+        if app.in_recovery or app.rebalancing:
+            return
+        await reconciler.tick()
+
+    app.reconciler = reconciler  # type: ignore[attr-defined]
+    logger.info("reconciler app %s built; resolvers: %s", app.conf.id, sorted(reconciler.resolvers))
+    return app

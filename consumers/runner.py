@@ -1,0 +1,295 @@
+"""The exactly-once runner: Kafka batches in, projector rows plus consumed offsets out, in ONE transaction.
+
+Loop: `consume()` a batch, decode every record once (poison -> DLQ), then in one store
+transaction lock the batch's offset rows, hand each projector the records at or after its
+stored offset, write the new offsets, wait until any DLQ write is durable, and commit. On
+partition assignment the runner seeks to the stored offsets (the store is the source of
+truth; Kafka commits are only a courtesy for lag tools). A crash anywhere therefore either
+loses the whole batch (replayed after restart) or commits all of it: each record affects the
+store exactly once, across crashes and rebalances.
+
+One runner may host several projectors (`convdb consume all`): one consumer group, each record
+decoded once, and one transaction covering every projector's rows and offsets. Offsets are
+stored per projector, so a projector being rebuilt after a version change replays from the
+start while the others skip what they already hold.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Sequence
+
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Message, TopicPartition
+from sqlalchemy.engine import Connection, Engine
+from sqlalchemy.exc import DBAPIError
+
+from consumers.base import ConsumedRecord, Projector
+from consumers.dlq import DeadLetters
+from consumers.errors import ConsumerError, RecordsRejectedError, StoreError
+from consumers.metrics import ConsumerMetrics
+from consumers.store import TopicPartitionKey, ensure_projections, lock_offsets, open_engine, store_offsets
+from consumers.store import stored_offsets as read_stored_offsets
+from infra.kafka import make_consumer
+from infra.settings import Settings
+from schemas import Codec, make_codec
+from schemas.errors import NotAvroError, SchemaError
+from schemas.topics import Topic
+
+logger = logging.getLogger(__name__)
+
+Poison = tuple[Message, BaseException]
+
+
+class Runner:
+    """Runs projectors as one consumer-group member until `stop()` (or SIGTERM via the CLI)."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        projectors: Sequence[Projector],
+        *,
+        name: str | None = None,
+        engine: Engine | None = None,
+        codec: Codec | None = None,
+        batch_size: int = 5000,
+        poll_timeout: float = 0.5,
+        store_retry_s: float = 60.0,
+    ) -> None:
+        if not projectors:
+            raise ConsumerError("a runner needs at least one projector")
+        self.settings = settings
+        self.projectors = list(projectors)
+        self.name = name or (projectors[0].name if len(projectors) == 1 else "all")
+        self.engine = engine or open_engine(settings.resolved_store_url)
+        self.codec = codec or make_codec(settings.schema_registry_url)
+        self.batch_size = batch_size
+        self.poll_timeout = poll_timeout
+        self.store_retry_s = store_retry_s
+        self.metrics = ConsumerMetrics(self.name)
+        self.topics: dict[str, Topic] = {
+            t.name(settings.namespace): t for p in self.projectors for t in p.topics
+        }
+        self._readers = {
+            name: [p for p in self.projectors if any(t.name(settings.namespace) == name for t in p.topics)]
+            for name in self.topics
+        }
+        self._stop = threading.Event()
+        self._consumer: Consumer | None = None
+        self._assigned: list[TopicPartition] = []
+        self._dead = DeadLetters(settings, self.name)
+
+    @property
+    def assignment(self) -> list[tuple[str, int]]:
+        """The topic-partitions this member owns now."""
+        return [(tp.topic, tp.partition) for tp in self._assigned]
+
+    def stop(self) -> None:
+        """Ask the loop to finish its batch, commit, leave the group and return."""
+        self._stop.set()
+
+    def run(self) -> None:
+        """Consume until `stop()`; raises on infrastructure failures that outlast the retry deadline."""
+        ensure_projections(self.engine, self.projectors)
+        consumer = make_consumer(self.settings, self.settings.group(self.name))
+        self._consumer = consumer
+        consumer.subscribe(
+            sorted(self.topics), on_assign=self._on_assign, on_revoke=self._on_revoke, on_lost=self._on_revoke
+        )
+        last_lag = 0.0
+        try:
+            while not self._stop.is_set():
+                messages = consumer.consume(self.batch_size, self.poll_timeout)
+                if messages:
+                    self.process(messages)
+                if messages or time.monotonic() - last_lag > 1.0:
+                    caught_up = self._update_lag(consumer)
+                    last_lag = time.monotonic()
+                    self._after_commit(caught_up)
+                self.metrics.last_progress = time.monotonic()
+        finally:
+            self.metrics.healthy = False
+            self._dead.close()
+            consumer.close()
+            logger.info("runner %s stopped", self.name)
+
+    def process(self, messages: Sequence[Message]) -> int:
+        """Decode, apply and commit one batch; returns how many records were applied."""
+        started = time.monotonic()
+        records, raw, poison = self._decode(messages)
+        for msg, error in poison:
+            self._dead.send(msg, error)
+        ends = _batch_ends(raw)
+        applied = self._commit_with_retries(records, raw, ends, poison)
+        self.metrics.batch_done(applied, len(poison), time.monotonic() - started)
+        self._commit_kafka(ends)
+        return applied
+
+    def _decode(
+        self, messages: Sequence[Message]
+    ) -> tuple[list[ConsumedRecord], dict[tuple[str, int, int], Message], list[Poison]]:
+        records: list[ConsumedRecord] = []
+        raw: dict[tuple[str, int, int], Message] = {}
+        poison: list[Poison] = []
+        for msg in messages:
+            err = msg.error()
+            if err is not None:
+                _check_consumer_error(err)
+                continue
+            raw[(msg.topic(), msg.partition(), msg.offset())] = msg
+            value = msg.value()
+            try:
+                if value is None:
+                    raise NotAvroError("null value (a tombstone) where a record was expected")
+                decoded = self.codec.decode(value, expect=self.topics[msg.topic()].value_types)
+            except SchemaError as exc:
+                poison.append((msg, exc))
+                continue
+            key = msg.key()
+            records.append(
+                ConsumedRecord(
+                    msg.topic(),
+                    msg.partition(),
+                    msg.offset(),
+                    msg.timestamp()[1],
+                    key.decode(errors="replace") if key else "",
+                    decoded,
+                )
+            )
+        return records, raw, poison
+
+    def _commit_with_retries(
+        self,
+        records: list[ConsumedRecord],
+        raw: dict[tuple[str, int, int], Message],
+        ends: dict[tuple[str, int], int],
+        poison: list[Poison],
+    ) -> int:
+        deadline = time.monotonic() + self.store_retry_s
+        delay = 0.1
+        while True:
+            try:
+                with self.engine.begin() as conn:
+                    applied = self._apply(conn, records, ends)
+                    # The DLQ copy must be durable before the offsets that skip it are.
+                    self._dead.wait_durable()
+                return applied
+            except RecordsRejectedError as exc:
+                gone = {id(rec) for rec, _ in exc.rejected}
+                records = [r for r in records if id(r) not in gone]
+                for rec, error in exc.rejected:
+                    msg = raw[(rec.topic, rec.partition, rec.offset)]
+                    poison.append((msg, error))
+                    self._dead.send(msg, error)
+            except DBAPIError as exc:
+                if time.monotonic() > deadline:
+                    raise StoreError(
+                        f"store {self.engine.url!r} failing for {self.store_retry_s}s: {exc}"
+                    ) from exc
+                logger.warning("store error, retrying batch in %.1fs: %s", delay, exc)
+                time.sleep(delay)
+                delay = min(delay * 2, 5.0)
+
+    def _apply(
+        self, conn: Connection, records: list[ConsumedRecord], ends: dict[tuple[str, int], int]
+    ) -> int:
+        keys = [(p.name, t, part) for (t, part) in ends for p in self._readers[t]]
+        stored = lock_offsets(conn, keys)
+        applied: set[tuple[str, int, int]] = set()
+        for projector in self.projectors:
+            mine = [
+                r
+                for r in records
+                if (projector.name, r.topic, r.partition) in stored
+                and r.offset >= stored[(projector.name, r.topic, r.partition)]
+            ]
+            if mine:
+                projector.apply(conn, mine)
+                applied.update((r.topic, r.partition, r.offset) for r in mine)
+        positions: dict[TopicPartitionKey, int] = {
+            key: max(stored[key], ends[(key[1], key[2])]) for key in keys
+        }
+        store_offsets(conn, positions)
+        return len(applied)
+
+    def _commit_kafka(self, ends: dict[tuple[str, int], int]) -> None:
+        # A courtesy for `kafka-consumer-groups`-style lag tools; positions come from the store.
+        if self._consumer is None or not ends:
+            return
+        try:
+            self._consumer.commit(
+                offsets=[TopicPartition(t, p, o) for (t, p), o in ends.items()], asynchronous=True
+            )
+        except KafkaException as exc:
+            logger.debug("kafka commit skipped: %s", exc)
+
+    def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        wanted = [(tp.topic, tp.partition) for tp in partitions]
+        names = [p.name for p in self.projectors]
+        with self.engine.connect() as conn:
+            stored = read_stored_offsets(conn, names, wanted)
+            conn.rollback()
+        for tp in partitions:
+            starts = [stored.get((p.name, tp.topic, tp.partition), -1) for p in self._readers[tp.topic]]
+            start = min(starts)
+            tp.offset = start if start >= 0 else OFFSET_BEGINNING
+        logger.info(
+            "runner %s assigned %s", self.name, [(tp.topic, tp.partition, tp.offset) for tp in partitions]
+        )
+        consumer.assign(partitions)
+        self._assigned = list(partitions)
+
+    def _on_revoke(self, _consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        logger.info("runner %s revoked %s", self.name, [(tp.topic, tp.partition) for tp in partitions])
+        for tp in partitions:
+            self.metrics.forget_partition(tp.topic, tp.partition)
+        gone = {(tp.topic, tp.partition) for tp in partitions}
+        self._assigned = [tp for tp in self._assigned if (tp.topic, tp.partition) not in gone]
+
+    def _after_commit(self, caught_up: set[tuple[str, int]]) -> None:
+        # Optional projector hook for effects that must not run inside the store transaction
+        # (the titles service's LLM call); it only sees partitions that are fully consumed.
+        for projector in self.projectors:
+            hook = getattr(projector, "after_commit", None)
+            if hook is not None:
+                hook(self.engine, caught_up)
+
+    def _update_lag(self, consumer: Consumer) -> set[tuple[str, int]]:
+        """Set the lag gauges; returns the partitions consumed up to the fetch-reported end."""
+        caught_up: set[tuple[str, int]] = set()
+        if not self._assigned:
+            return caught_up
+        try:
+            positions = consumer.position(self._assigned)
+        except KafkaException:
+            return caught_up
+        for tp in positions:
+            try:
+                _low, high = consumer.get_watermark_offsets(tp, cached=True)
+            except KafkaException:
+                continue
+            if high >= 0 and tp.offset >= 0:
+                self.metrics.set_lag(tp.topic, tp.partition, high - tp.offset)
+                if tp.offset >= high:
+                    caught_up.add((tp.topic, tp.partition))
+        return caught_up
+
+
+def _batch_ends(raw: dict[tuple[str, int, int], Message]) -> dict[tuple[str, int], int]:
+    ends: dict[tuple[str, int], int] = {}
+    for topic, partition, offset in raw:
+        ends[(topic, partition)] = max(ends.get((topic, partition), 0), offset + 1)
+    return ends
+
+
+def _check_consumer_error(err: KafkaError) -> None:
+    if err.code() == KafkaError._PARTITION_EOF:
+        return
+    if (
+        err.fatal()
+        or not err.retriable()
+        and err.code() in (KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError.TOPIC_AUTHORIZATION_FAILED)
+    ):
+        raise ConsumerError(f"consumer failed: {err.str()}")
+    logger.warning("consumer error (retrying): %s", err.str())

@@ -1,0 +1,285 @@
+"""The projection store: SQLAlchemy Core engines, consumed offsets and projection versions.
+
+The store, not Kafka, is the source of truth for consumer positions: a batch's rows and its
+offsets are written in one transaction (`offsets` table), and on assignment the runner seeks
+to what is stored here. A projector's table layout is versioned (`projections` table); when
+the code's version differs from the stored one, its tables are dropped and re-created and its
+offsets deleted, so the runner rebuilds it by replay (DESIGN §8: no migrations).
+
+Backends: a SQLite file (WAL; writers take the lock at BEGIN so two processes never deadlock
+upgrading a read lock) and PostgreSQL through psycopg 3 (offset rows locked FOR UPDATE, so a
+zombie consumer that lost a partition waits, then sees the newer offsets and skips).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy import event
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.engine import Connection, Engine
+from sqlalchemy.exc import ArgumentError, SQLAlchemyError
+
+from consumers.base import Projector
+from consumers.errors import StoreError
+
+logger = logging.getLogger(__name__)
+
+metadata = sa.MetaData()
+
+offsets = sa.Table(
+    "convdb_offsets",
+    metadata,
+    sa.Column("consumer", sa.String(100), primary_key=True),
+    sa.Column("topic", sa.String(250), primary_key=True),
+    sa.Column("partition", sa.Integer, primary_key=True, autoincrement=False),
+    sa.Column("next_offset", sa.BigInteger, nullable=False),
+)
+"""Next offset to consume, per projector and topic-partition."""
+
+projections = sa.Table(
+    "convdb_projections",
+    metadata,
+    sa.Column("name", sa.String(100), primary_key=True),
+    sa.Column("version", sa.Integer, nullable=False),
+)
+"""Table-layout version of each projector whose tables exist in this store."""
+
+TopicPartitionKey = tuple[str, str, int]
+"""(projector name, topic, partition)."""
+
+
+def normalize_url(url: str) -> str:
+    """Use psycopg 3 for plain `postgresql://` URLs (SQLAlchemy would pick psycopg2)."""
+    for prefix in ("postgresql://", "postgres://"):
+        if url.startswith(prefix):
+            return "postgresql+psycopg://" + url[len(prefix) :]
+    return url
+
+
+def open_engine(url: str, *, writer: bool = True) -> Engine:
+    """An engine for a store URL; `writer` engines take SQLite's write lock at BEGIN.
+
+    Raises:
+        StoreError: the URL is malformed or names a backend we do not support.
+    """
+    url = normalize_url(url)
+    try:
+        parsed = sa.make_url(url)
+    except ArgumentError as exc:
+        raise StoreError(f"bad store URL {url!r}: {exc}") from exc
+    backend = parsed.get_backend_name()
+    if backend == "sqlite":
+        return _sqlite_engine(parsed, writer)
+    if backend == "postgresql":
+        return sa.create_engine(parsed, pool_pre_ping=True, insertmanyvalues_page_size=2000)
+    raise StoreError(f"unsupported store {backend!r} in {url!r}: use sqlite:/// or postgresql://")
+
+
+def _sqlite_engine(url: sa.URL, writer: bool) -> Engine:
+    if url.database and url.database != ":memory:":
+        Path(url.database).parent.mkdir(parents=True, exist_ok=True)
+    engine = sa.create_engine(url, connect_args={"timeout": 60, "check_same_thread": False})
+
+    @event.listens_for(engine, "connect")
+    def _connect(dbapi_connection: Any, _record: Any) -> None:
+        # Autocommit at the driver level, so that the BEGIN below is the only one emitted.
+        dbapi_connection.isolation_level = None
+        cursor = dbapi_connection.cursor()
+        cursor.execute("PRAGMA journal_mode=WAL")
+        cursor.execute("PRAGMA synchronous=NORMAL")
+        cursor.execute("PRAGMA busy_timeout=60000")
+        cursor.close()
+
+    @event.listens_for(engine, "begin")
+    def _begin(conn: Connection) -> None:
+        conn.exec_driver_sql("BEGIN IMMEDIATE" if writer else "BEGIN")
+
+    return engine
+
+
+def insert_for(conn: Connection, table: sa.Table) -> Any:
+    """The dialect's INSERT construct (it has `on_conflict_do_*` on both backends)."""
+    if conn.dialect.name == "postgresql":
+        return postgresql.insert(table)
+    return sqlite.insert(table)
+
+
+def upsert(conn: Connection, table: sa.Table, rows: Sequence[Mapping[str, Any]], keys: Sequence[str]) -> None:
+    """Insert rows, replacing the non-key columns of rows whose `keys` already exist."""
+    if not rows:
+        return
+    stmt = insert_for(conn, table)
+    update = {c: stmt.excluded[c] for c in rows[0] if c not in keys}
+    stmt = (
+        stmt.on_conflict_do_update(index_elements=list(keys), set_=update)
+        if update
+        else (stmt.on_conflict_do_nothing(index_elements=list(keys)))
+    )
+    conn.execute(stmt, list(rows))
+
+
+def insert_ignore(
+    conn: Connection, table: sa.Table, rows: Sequence[Mapping[str, Any]], keys: Sequence[str]
+) -> None:
+    """Insert rows, skipping those whose `keys` already exist (idempotent append)."""
+    if rows:
+        stmt = insert_for(conn, table).on_conflict_do_nothing(index_elements=list(keys))
+        conn.execute(stmt, list(rows))
+
+
+_SQL_CACHE: dict[tuple[str, str, tuple[str, ...], tuple[str, ...] | None], str] = {}
+
+
+def bulk_insert(
+    conn: Connection,
+    table: sa.Table,
+    columns: Sequence[str],
+    rows: Sequence[tuple[Any, ...]],
+    ignore_conflicts_on: Sequence[str] | None = None,
+) -> None:
+    """executemany of positional rows straight to the driver: the hot path (no per-row ORM work).
+
+    With `ignore_conflicts_on`, rows whose key already exists are skipped.
+    """
+    if not rows:
+        return
+    dialect = conn.dialect.name
+    if dialect == "postgresql":
+        _copy_insert(conn, table, columns, rows, ignore_conflicts_on)
+        return
+    keys = tuple(ignore_conflicts_on) if ignore_conflicts_on else None
+    cache_key = (dialect, table.name, tuple(columns), keys)
+    sql = _SQL_CACHE.get(cache_key)
+    if sql is None:
+        quote = conn.dialect.identifier_preparer.quote
+        names = ", ".join(quote(c) for c in columns)
+        marks = ", ".join(["?" if dialect == "sqlite" else "%s"] * len(columns))
+        sql = f"INSERT INTO {quote(table.name)} ({names}) VALUES ({marks})"
+        if keys:
+            sql += f" ON CONFLICT ({', '.join(quote(k) for k in keys)}) DO NOTHING"
+        _SQL_CACHE[cache_key] = sql
+    conn.exec_driver_sql(sql, list(rows))
+
+
+def _copy_insert(
+    conn: Connection,
+    table: sa.Table,
+    columns: Sequence[str],
+    rows: Sequence[tuple[Any, ...]],
+    ignore_conflicts_on: Sequence[str] | None,
+) -> None:
+    # COPY is several times faster than executemany on PostgreSQL. With a conflict key the rows
+    # go through a per-session staging table, then one INSERT ... SELECT ... ON CONFLICT.
+    quote = conn.dialect.identifier_preparer.quote
+    names = ", ".join(quote(c) for c in columns)
+    target = quote(table.name)
+    if ignore_conflicts_on:
+        stage = quote(f"stage_{table.name}")
+        conn.exec_driver_sql(
+            f"CREATE TEMP TABLE IF NOT EXISTS {stage} ON COMMIT DELETE ROWS AS "
+            f"SELECT {names} FROM {target} WITH NO DATA"
+        )
+        into = stage
+    else:
+        into = target
+    cursor = conn.connection.cursor()
+    try:
+        with cursor.copy(f"COPY {into} ({names}) FROM STDIN") as copy:  # type: ignore[attr-defined]
+            for row in rows:
+                copy.write_row(row)
+    finally:
+        cursor.close()
+    if ignore_conflicts_on:
+        keys = ", ".join(quote(k) for k in ignore_conflicts_on)
+        conn.exec_driver_sql(
+            f"INSERT INTO {target} ({names}) SELECT {names} FROM {into} ON CONFLICT ({keys}) DO NOTHING"
+        )
+        conn.exec_driver_sql(f"DELETE FROM {into}")
+
+
+def ensure_projections(engine: Engine, projectors: Iterable[Projector]) -> list[str]:
+    """Create missing tables; rebuild (drop, create, forget offsets) projectors whose version changed.
+
+    Returns the names of the projectors that will be rebuilt by replay.
+    """
+    rebuilt = []
+    try:
+        with engine.begin() as conn:
+            metadata.create_all(conn)
+            stored = dict(conn.execute(sa.select(projections.c.name, projections.c.version)).all())
+            for projector in projectors:
+                have = stored.get(projector.name)
+                if have is not None and have != projector.version:
+                    logger.warning(
+                        "projection %s: version %s -> %s, rebuilding by replay",
+                        projector.name,
+                        have,
+                        projector.version,
+                    )
+                    projector.drop(conn)
+                    conn.execute(offsets.delete().where(offsets.c.consumer == projector.name))
+                    rebuilt.append(projector.name)
+                projector.create(conn)
+                upsert(conn, projections, [{"name": projector.name, "version": projector.version}], ["name"])
+    except SQLAlchemyError as exc:
+        raise StoreError(f"cannot prepare the store {engine.url!r}: {exc}") from exc
+    return rebuilt
+
+
+def stored_offsets(
+    conn: Connection, names: Sequence[str], topic_partitions: Iterable[tuple[str, int]]
+) -> dict[TopicPartitionKey, int]:
+    """Stored next offsets of these projectors for these topic-partitions (missing = not started)."""
+    wanted = set(topic_partitions)
+    topics = {t for t, _ in wanted}
+    if not wanted or not names:
+        return {}
+    rows = conn.execute(
+        sa.select(offsets.c.consumer, offsets.c.topic, offsets.c.partition, offsets.c.next_offset).where(
+            offsets.c.consumer.in_(list(names)), offsets.c.topic.in_(sorted(topics))
+        )
+    ).all()
+    return {(c, t, p): n for c, t, p, n in rows if (t, p) in wanted}
+
+
+def lock_offsets(conn: Connection, keys: Iterable[TopicPartitionKey]) -> dict[TopicPartitionKey, int]:
+    """Lock (PostgreSQL: FOR UPDATE, in key order) and read the offsets a batch will advance.
+
+    Missing rows are created at -1 first so that there is a row to lock: two consumers that
+    both think they own a partition are serialized here, and the later one sees the newer
+    offsets and skips what the first one stored. SQLite writers are serialized by BEGIN
+    IMMEDIATE already.
+    """
+    wanted = sorted(set(keys))
+    if not wanted:
+        return {}
+    rows = [{"consumer": n, "topic": t, "partition": p, "next_offset": -1} for n, t, p in wanted]
+    insert_ignore(conn, offsets, rows, ["consumer", "topic", "partition"])
+    cols = (offsets.c.consumer, offsets.c.topic, offsets.c.partition, offsets.c.next_offset)
+    query = (
+        sa.select(*cols)
+        .where(
+            offsets.c.consumer.in_(sorted({n for n, _, _ in wanted})),
+            offsets.c.topic.in_(sorted({t for _, t, _ in wanted})),
+            offsets.c.partition.in_(sorted({p for _, _, p in wanted})),
+        )
+        .order_by(*cols[:3])
+    )
+    if conn.dialect.name == "postgresql":
+        query = query.with_for_update()
+    found = {(c, t, p): n for c, t, p, n in conn.execute(query).all()}
+    return {k: found.get(k, -1) for k in wanted}
+
+
+def store_offsets(conn: Connection, positions: Mapping[TopicPartitionKey, int]) -> None:
+    """Write next offsets (inside the batch's transaction)."""
+    rows = [
+        {"consumer": n, "topic": t, "partition": p, "next_offset": o}
+        for (n, t, p), o in sorted(positions.items())
+    ]
+    upsert(conn, offsets, rows, ["consumer", "topic", "partition"])

@@ -1,0 +1,190 @@
+"""`convdb demo`: scripted conversations with real side effects, end to end, then a summary.
+
+The summary is built by `build_summary(parts)` from `SUMMARY_SECTIONS`: each section is a
+function of the collected `DemoParts` returning a dict fragment, so later issues add their
+projections by appending a section.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+import uuid
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from infra.cli._common import load_settings, positive
+from infra.cli.run import broker_for
+from infra.reader import read_topic
+from infra.settings import Settings
+from producers.effects import OperationState, fold_ledger
+from producers.inbox import InboxRunner
+from producers.provider.process import ProviderProcess
+from producers.runner import build_runtime
+from producers.status import STOP_STATUSES
+from schemas import Codec, Event, InboxMessage, LedgerRecord
+from schemas.topics import EFFECTS, EVENTS, INBOX
+
+
+def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    """Add the `demo` command."""
+    p = sub.add_parser("demo", help="run scripted conversations with side effects and print a summary")
+    p.add_argument("--conversations", type=positive, default=3, metavar="N", help="how many (default 3)")
+    p.add_argument("--json", action="store_true", help="print the summary as one JSON object")
+    p.set_defaults(func=_demo)
+
+
+@dataclass
+class DemoParts:
+    """What the demo produced, as read back from the topics and the provider."""
+
+    settings: Settings
+    conversation_ids: list[str]
+    statuses: dict[str, str]
+    events: list[Event] = field(default_factory=list)
+    ledger: list[LedgerRecord] = field(default_factory=list)
+    provider_stats: dict[str, Any] = field(default_factory=dict)
+    seconds: float = 0.0
+    step_overhead_ms: float = 0.0
+
+
+def task(index: int) -> str:
+    """The scripted task of demo conversation `index`: read, write a file, create an issue."""
+    return "\n".join(
+        [
+            f"Summarise notes-{index}.txt into report-{index}.txt and open an issue about it.",
+            f'!read_file {{"path": "notes-{index}.txt"}}',
+            f'!write_file {{"path": "report-{index}.txt", "content": "Summary: {{{{last}}}}"}}',
+            f'+create_issue {{"title": "Report {index} ready", "body": "See report-{index}.txt"}}',
+        ]
+    )
+
+
+def _events_section(parts: DemoParts) -> dict[str, Any]:
+    kinds = Counter(e.kind for e in parts.events)
+    return {"events": len(parts.events), "events_by_kind": dict(sorted(kinds.items()))}
+
+
+def _effects_section(parts: DemoParts) -> dict[str, Any]:
+    ops: dict[str, OperationState] = {}
+    for record in parts.ledger:
+        fold_ledger(ops, record)
+    return {"effects": dict(sorted(Counter(op.status for op in ops.values()).items()))}
+
+
+def _reconciler_section(parts: DemoParts) -> dict[str, Any]:
+    # The fold the reconciler and the effects projection share (projections/effects.py): every
+    # status listed, and the queue of unknowns a human must decide.
+    from projections import effects
+
+    states: dict[str, effects.OperationState] = {}
+    for record in parts.ledger:
+        states[record.operation_id] = effects.fold(
+            states.get(record.operation_id) or effects.initial(record.operation_id), record
+        )
+    counts = Counter(s.status.value for s in states.values() if s.status is not None)
+    by_status = {status.value: counts.get(status.value, 0) for status in effects.OperationStatus}
+    return {"effects_by_status": by_status, "unknowns": by_status["unknown"]}
+
+
+SUMMARY_SECTIONS: list[Callable[[DemoParts], dict[str, Any]]] = [
+    lambda p: {"conversations": len(p.conversation_ids), "statuses": dict(Counter(p.statuses.values()))},
+    _events_section,
+    _effects_section,
+    _reconciler_section,
+    lambda p: {"provider_mutations": p.provider_stats.get("mutations", 0)},
+    lambda p: {"seconds": round(p.seconds, 2), "step_overhead_ms": round(p.step_overhead_ms, 3)},
+]
+"""Sections of the summary, in order; append one to add keys."""
+
+
+def build_summary(parts: DemoParts) -> dict[str, Any]:
+    """The summary dict: every section's fragment merged in order."""
+    summary: dict[str, Any] = {}
+    for section in SUMMARY_SECTIONS:
+        summary.update(section(parts))
+    return summary
+
+
+def run_conversations(settings: Settings, count: int, tracker_url: str) -> DemoParts:
+    """Send `count` tasks through the inbox and run them with an in-process inbox runner."""
+    started = time.monotonic()
+    workspace = settings.data_dir.resolve() / "demo" / datetime.now(UTC).strftime("%Y%m%dT%H%M%S")
+    workspace.mkdir(parents=True, exist_ok=True)
+    runtime, publisher = build_runtime(settings, workspace=workspace, tracker_url=tracker_url)
+    ids = [f"demo-{uuid.uuid4().hex[:12]}" for _ in range(count)]
+    for index, conversation_id in enumerate(ids, 1):
+        (workspace / f"notes-{index}.txt").write_text(
+            f"Notes {index}: the deploy of service {index} went fine."
+        )
+        inbox = InboxMessage(
+            id=str(uuid.uuid4()),
+            conversation_id=conversation_id,
+            tenant_id="demo",
+            timestamp=datetime.now(UTC),
+            command="message",
+            content=task(index),
+        )
+        publisher.publish(inbox, INBOX)
+    publisher.flush()
+    runner = InboxRunner(runtime, publisher, group=f"demo-{uuid.uuid4().hex[:8]}")
+    deadline = time.monotonic() + 120
+
+    def done(r: InboxRunner) -> bool:
+        finished = [c for c in r.conversations.values() if c.status in STOP_STATUSES]
+        return len(finished) == count or time.monotonic() > deadline
+
+    runner.serve(done)
+    publisher.flush()
+    convs = runner.conversations.values()
+    steps = sum(c.stats.steps for c in convs)
+    overhead = sum(c.stats.overhead_ms - c.stats.step_publish_ms for c in convs) / steps if steps else 0.0
+    parts = DemoParts(settings, ids, {c.conversation_id: c.status for c in convs}, step_overhead_ms=overhead)
+    parts.events, parts.ledger = _read_back(settings, runtime.codec, set(ids))
+    parts.seconds = time.monotonic() - started
+    return parts
+
+
+def _read_back(settings: Settings, codec: Codec, ids: set[str]) -> tuple[list[Any], list[Any]]:
+    out: list[list[Any]] = []
+    for topic in (EVENTS, EFFECTS):
+        records = read_topic(settings, topic.name(settings.namespace))
+        out.append(
+            [
+                codec.decode(m.value(), expect=topic.value_types)
+                for m in records
+                if (m.key() or b"").decode() in ids
+            ]
+        )
+    return out[0], out[1]
+
+
+def _demo(args: argparse.Namespace) -> int:
+    settings = load_settings()
+    with broker_for(settings, with_s3=True) as live:
+        log = live.data_dir.resolve() / "demo-provider.log"
+        with ProviderProcess(log) as provider:
+            parts = run_conversations(live, args.conversations, provider.url)
+            parts.provider_stats = provider.get("/stats")
+    summary = build_summary(parts)
+    if args.json:
+        print(json.dumps(summary))
+    else:
+        _print_table(summary)
+    return 0 if all(s == "finished" for s in parts.statuses.values()) else 1
+
+
+def _print_table(summary: dict[str, Any]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title="convdb demo")
+    table.add_column("figure")
+    table.add_column("value")
+    for key, value in summary.items():
+        table.add_row(key, json.dumps(value) if isinstance(value, dict) else str(value))
+    Console().print(table)

@@ -1,0 +1,52 @@
+"""`convdb export`: write one conversation's full trajectory (jsonl or Avro), from Kafka or the archive."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from consumers.archive import export
+from infra.cli._common import UsageError, load_settings, require_broker
+from infra.cli.replay import open_reader
+from infra.settings import Settings
+from schemas import make_codec
+
+
+def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    """Add the `export` command."""
+    p = sub.add_parser("export", help="write a conversation's full trajectory in order")
+    p.add_argument("conversation", metavar="CONV", help="conversation id")
+    p.add_argument("--format", choices=("jsonl", "avro"), default="jsonl", help="jsonl (default) or avro")
+    p.add_argument("--source", choices=("kafka", "archive"), default="kafka", help="where to read")
+    p.add_argument("--output", "-o", type=Path, metavar="FILE", help="write here instead of stdout")
+    p.set_defaults(func=_export)
+
+
+def trajectory(settings: Settings, conversation_id: str, source: str) -> export.Trajectory:
+    """A conversation's trajectory from a source; `UsageError` when it has no events there."""
+    codec = make_codec(settings.schema_registry_url)
+    if source == "archive":
+        reader = open_reader(settings)
+        try:
+            found = export.from_archive(settings, reader, conversation_id, codec)
+        finally:
+            reader.close()
+    else:
+        found = export.from_kafka(require_broker(settings), conversation_id, codec)
+    if not found.events:
+        raise UsageError(f"conversation {conversation_id!r} has no events in {source}")
+    return found
+
+
+def _export(args: argparse.Namespace) -> int:
+    found = trajectory(load_settings(), args.conversation, args.source)
+    data = export.render(found, args.format)
+    if args.output:
+        args.output.write_bytes(data)
+    else:
+        sys.stdout.buffer.write(data)
+        sys.stdout.flush()
+    if found.undecodable:
+        print(f"convdb: {found.undecodable} undecodable record(s) skipped", file=sys.stderr)
+    return 0

@@ -1,0 +1,44 @@
+"""`convdb reconcile`: run the effect reconciler (a faust worker) until SIGTERM."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+
+from infra.cli._common import load_settings, require_broker
+from infra.kafka import apply_topics
+from schemas.topics import ALL_TOPICS
+
+logger = logging.getLogger(__name__)
+
+
+def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    """Add the `reconcile` command."""
+    p = sub.add_parser(
+        "reconcile",
+        help="run the effect reconciler (receipts, lookups, deadlines) until SIGTERM",
+        description="Matches agent actions against provider receipts and lookups, and publishes "
+        "effect-ledger transitions (confirmed, retry approved, unknown) to the effects topic.",
+    )
+    p.add_argument(
+        "--log-level",
+        choices=("debug", "info", "warning", "error"),
+        default="warning",
+        help="worker log level",
+    )
+    p.set_defaults(func=_reconcile)
+
+
+def _reconcile(args: argparse.Namespace) -> int:
+    import faust  # imported here: faust is slow to import and only this command needs it
+
+    from consumers.reconciler import CHANGELOG, build_app
+
+    settings = require_broker(load_settings())
+    # Every topic, the changelog included, must exist with one partition count before anything
+    # produces to it: an auto-created topic gets 4 partitions and breaks the co-partitioning.
+    apply_topics(settings, (*ALL_TOPICS, CHANGELOG))
+    app = build_app(settings)
+    worker = faust.Worker(app, loglevel=args.log_level.upper(), quiet=True, redirect_stdouts=False)
+    worker.execute_from_commandline()  # returns by SystemExit once SIGTERM/SIGINT stopped it
+    return 0

@@ -1,0 +1,188 @@
+"""The stateless Agent: frozen configuration whose `step` reads the view and proposes events."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, Literal, Protocol, TypeVar
+
+from pydantic import BaseModel, ConfigDict, Field, SerializeAsAny
+
+from producers.errors import ToolArgumentError
+from producers.llm import LLMClient, LLMReply, ToolCall
+from producers.scripted import SCRIPTED_MODEL
+from producers.tools.base import Tool, canonical_json, find_tool, intent_hash
+from schemas import (
+    ActionEvent,
+    AgentErrorEvent,
+    CondensationEvent,
+    Event,
+    EventEnvelope,
+    LLMUsageEvent,
+    MessageEvent,
+)
+from schemas._types import EffectClass, SecurityRisk
+
+E = TypeVar("E", bound=EventEnvelope)
+
+RISK_ORDER: tuple[SecurityRisk, ...] = ("unknown", "low", "medium", "high")
+
+DEFAULT_PROMPT = "You are a careful agent. Use the tools to do the task, then answer briefly."
+
+
+class EventFactory(Protocol):
+    """Fills in an event's envelope (id, seq, parent, time) for the conversation."""
+
+    conversation_id: str
+
+    def new_id(self) -> str:
+        """A fresh event id."""
+        ...
+
+    def new(self, cls: type[E], *, source: str, **fields: Any) -> E:
+        """An event of `cls` placed after the current active leaf."""
+        ...
+
+
+class Frozen(BaseModel):
+    """Base of the agent's configuration parts."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class SecurityAnalyzer(Frozen):
+    """Rates an action's risk from its tool's effect class."""
+
+    risk_by_class: dict[EffectClass, SecurityRisk] = Field(
+        default_factory=lambda: {
+            "read_only": "low",
+            "idempotent": "low",
+            "keyed": "medium",
+            "irreversible": "high",
+        }
+    )
+
+    def assess(self, tool: Tool) -> SecurityRisk:
+        """The risk of calling `tool`."""
+        return self.risk_by_class.get(tool.effect_class, "unknown")
+
+
+class ConfirmationPolicy(Frozen):
+    """When an action needs the user's confirmation before it runs."""
+
+    mode: Literal["never", "always", "risky"] = "never"
+    threshold: SecurityRisk = "high"
+
+    def requires(self, risk: SecurityRisk) -> bool:
+        """True when an action of this risk must wait for confirmation."""
+        if self.mode == "never":
+            return False
+        if self.mode == "always" or risk == "unknown":
+            return True
+        return RISK_ORDER.index(risk) >= RISK_ORDER.index(self.threshold)
+
+
+class Condenser(Frozen):
+    """Forgets the middle of a long view, keeping the first events and a summary."""
+
+    max_events: int | None = None
+    keep_first: int = 2
+
+    def forget(self, view: Sequence[Event]) -> tuple[str, ...]:
+        """Ids to forget now (empty when the view is short enough)."""
+        if self.max_events is None or len(view) <= self.max_events:
+            return ()
+        # Forget half the overflowing middle at once so condensations stay rare.
+        keep_tail = self.max_events // 2
+        middle = view[self.keep_first : len(view) - keep_tail]
+        # Never split an action from its observation: cut after a non-action event.
+        while middle and isinstance(middle[-1], ActionEvent):
+            middle = middle[:-1]
+        return tuple(e.id for e in middle)
+
+
+class Agent(Frozen):
+    """Model, tools, prompt and policies; holds no conversation state."""
+
+    model: str = SCRIPTED_MODEL
+    system_prompt: str = DEFAULT_PROMPT
+    tools: tuple[SerializeAsAny[Tool], ...] = ()
+    condenser: Condenser = Field(default_factory=Condenser)
+    confirmation: ConfirmationPolicy = Field(default_factory=ConfirmationPolicy)
+    security: SecurityAnalyzer = Field(default_factory=SecurityAnalyzer)
+
+    def tool(self, name: str) -> Tool:
+        """The tool called `name`; raises `ToolArgumentError` when there is none."""
+        return find_tool(self.tools, name)
+
+    def step(self, view: Sequence[Event], llm: LLMClient, new: EventFactory) -> list[Event]:
+        """Propose the next events: a condensation, or the LLM's usage plus message/actions."""
+        forgotten = self.condenser.forget(view)
+        if forgotten:
+            summary = f"({len(forgotten)} earlier events condensed)"
+            return [
+                new.new(CondensationEvent, source="agent", forgotten_event_ids=forgotten, summary=summary)
+            ]
+        from producers.messages import to_messages
+
+        reply = llm.complete(self.model, to_messages(view), [t.spec() for t in self.tools])
+        events: list[Event] = [self._usage(reply, new)]
+        if not reply.tool_calls:
+            events.append(
+                new.new(
+                    MessageEvent,
+                    source="agent",
+                    role="assistant",
+                    content=reply.content,
+                    llm_response_id=reply.response_id,
+                )
+            )
+            return events
+        actions, errors = [], []
+        for call in reply.tool_calls:
+            try:
+                actions.append(self._action(call, reply, new))
+            except ToolArgumentError as exc:
+                errors.append(
+                    new.new(
+                        AgentErrorEvent,
+                        source="agent",
+                        error=str(exc),
+                        tool_name=call.name,
+                        tool_call_id=call.id,
+                    )
+                )
+        return [*events, *actions, *errors]
+
+    def _usage(self, reply: LLMReply, new: EventFactory) -> LLMUsageEvent:
+        return new.new(
+            LLMUsageEvent,
+            source="agent",
+            model=reply.model,
+            llm_response_id=reply.response_id,
+            prompt_tokens=reply.prompt_tokens,
+            completion_tokens=reply.completion_tokens,
+            cost=reply.cost,
+            latency_ms=reply.latency_ms,
+            cached_tokens=reply.cached_tokens,
+        )
+
+    def _action(self, call: ToolCall, reply: LLMReply, new: EventFactory) -> ActionEvent:
+        tool = self.tool(call.name)
+        args = tool.parse(call.arguments)
+        arguments = canonical_json(args)
+        action_id = new.new_id()
+        return new.new(
+            ActionEvent,
+            source="agent",
+            id=action_id,
+            tool_name=tool.name,
+            tool_call_id=call.id,
+            arguments=arguments,
+            thought=reply.content,
+            llm_response_id=reply.response_id,
+            security_risk=self.security.assess(tool),
+            operation_id=f"{new.conversation_id}/{action_id}",
+            intent_hash=intent_hash(tool.name, arguments),
+            target=tool.target(args),
+            effect_class=tool.effect_class,
+        )

@@ -1,0 +1,33 @@
+"""Errors raised by the projections package; all derive from `ConvdbError`."""
+
+from __future__ import annotations
+
+from schemas.errors import ConvdbError
+
+
+class ProjectionError(ConvdbError):
+    """Base of the errors a pure projection raises on input it cannot fold."""
+
+
+class SequenceGapError(ProjectionError):
+    """An event's seq is more than last seq + 1 for its conversation (events are missing)."""
+
+
+class ConversationMismatchError(ProjectionError):
+    """An event of one conversation was folded into another conversation's state."""
+
+
+class UnknownEventError(ProjectionError):
+    """An event refers to an event id (parent, new active leaf) that was never folded."""
+
+
+class QueryError(ProjectionError):
+    """A search query has a bad filter; the message names the filter and the fix."""
+
+
+class CursorError(QueryError):
+    """A pagination cursor is not one that `encode_cursor` made (garbled or tampered)."""
+
+
+class IllegalTransitionError(ProjectionError):
+    """An effect-ledger record asks for a transition the operation state machine forbids."""

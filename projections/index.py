@@ -1,0 +1,233 @@
+"""The event index: one display row per event, search queries and keyset cursors (DESIGN §8).
+
+Pure: the store runs the SQL. The keyset order is (timestamp, conversation_id, seq) ascending,
+with event_id as the last tie-break (annotations all have seq 0); a cursor is the position of
+the last row of a page, and the next page is every row strictly after it.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+from typing import Any, Literal, NamedTuple
+
+from pydantic import (
+    AwareDatetime,
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
+
+from projections._text import shorten
+from projections.errors import CursorError, QueryError
+from schemas._types import EventSource
+from schemas.events import Event
+
+EventKind = Literal[
+    "system_prompt",
+    "message",
+    "action",
+    "observation",
+    "agent_error",
+    "user_reject",
+    "condensation",
+    "pause",
+    "state_update",
+    "llm_usage",
+    "fork",
+    "active_leaf_changed",
+    "title",
+]
+"""The `kind` of every event type (a test keeps it equal to `schemas.events.EVENT_TYPES`)."""
+
+TEXT_LIMIT = 160
+"""Length of `IndexRow.text`, in characters."""
+
+MAX_LIMIT = 500
+"""Largest page a search may ask for."""
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_CURSOR_VERSION = 1
+
+
+class IndexRow(NamedTuple):
+    """One event as a row of the index (`row._asdict()` gives the column mapping)."""
+
+    tenant_id: str
+    conversation_id: str
+    seq: int
+    event_id: str
+    kind: str
+    source: str
+    timestamp: datetime
+    parent_id: str | None
+    text: str
+    """A short one-line summary for display."""
+    payload: dict[str, Any]
+    """The whole event as a JSON-able dict (`model_dump(mode="json")`)."""
+
+
+class Cursor(NamedTuple):
+    """A keyset position: the sort key of the last row of a page."""
+
+    timestamp: datetime
+    conversation_id: str
+    seq: int
+    event_id: str
+
+    @property
+    def timestamp_us(self) -> int:
+        """The timestamp as microseconds since the Unix epoch (as `timestamp-micros` stores it)."""
+        return micros(self.timestamp)
+
+
+def micros(moment: datetime) -> int:
+    """Microseconds since the Unix epoch of an aware datetime (exact, no float rounding)."""
+    return (moment - _EPOCH) // timedelta(microseconds=1)
+
+
+def index_row(event: Event) -> IndexRow:
+    """The index row of one event."""
+    return IndexRow(
+        event.tenant_id,
+        event.conversation_id,
+        event.seq,
+        event.id,
+        event.kind,
+        event.source,
+        event.timestamp,
+        event.parent_id,
+        shorten(describe(event), TEXT_LIMIT),
+        event.model_dump(mode="json"),
+    )
+
+
+def describe(event: Event) -> str:
+    """A human description of an event, before shortening."""
+    return _DESCRIPTIONS[event.kind](event)
+
+
+def _usage(event: Any) -> str:
+    cost = "unpriced" if event.cost is None else f"${event.cost:.4f}"
+    return f"{event.model}: {event.prompt_tokens}+{event.completion_tokens} tokens, {cost}"
+
+
+def _condensation(event: Any) -> str:
+    forgot = f"forgot {len(event.forgotten_event_ids)} events"
+    return forgot if event.summary is None else f"{forgot}: {event.summary}"
+
+
+# A dict on `kind` rather than `match` on classes: isinstance on pydantic models is slow.
+_DESCRIPTIONS: dict[str, Callable[[Any], str]] = {
+    "system_prompt": lambda e: f"system prompt: {e.content}",
+    "message": lambda e: f"{e.role}: {e.content}",
+    "action": lambda e: f"{e.tool_name}({e.arguments}) {e.thought}",
+    "observation": lambda e: f"{e.tool_name} {'error' if e.is_error else 'ok'}: {e.content}",
+    "agent_error": lambda e: f"error: {e.error}",
+    "user_reject": lambda e: f"rejected {e.action_id}: {e.reason}",
+    "condensation": _condensation,
+    "pause": lambda e: f"paused: {e.reason}",
+    "state_update": lambda e: f"{e.execution_status}: {e.reason}",
+    "llm_usage": _usage,
+    "fork": lambda e: f"forked from {e.source_conversation_id} at {e.source_event_id}",
+    "active_leaf_changed": lambda e: f"switched branch to {e.leaf_event_id}",
+    "title": lambda e: f"title ({e.origin}): {e.title}",
+}
+
+
+def encode_cursor(row: IndexRow | Cursor) -> str:
+    """The opaque cursor that resumes a search strictly after `row`."""
+    key = [_CURSOR_VERSION, micros(row.timestamp), row.conversation_id, row.seq, row.event_id]
+    text = json.dumps(key, separators=(",", ":"), ensure_ascii=False)
+    return base64.urlsafe_b64encode(text.encode()).decode().rstrip("=")
+
+
+def decode_cursor(text: str) -> Cursor:
+    """The keyset position in a cursor made by `encode_cursor`.
+
+    Raises:
+        CursorError: the text is not such a cursor (garbled, truncated or tampered).
+    """
+    try:
+        raw = base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
+        key = json.loads(raw.decode())
+    except (binascii.Error, UnicodeDecodeError, ValueError) as exc:
+        raise CursorError(_cursor_message(text, "it does not decode")) from exc
+    shape = (int, int, str, int, str)
+    if not isinstance(key, list) or len(key) != len(shape) or key[0] != _CURSOR_VERSION:
+        raise CursorError(_cursor_message(text, "unknown layout or version"))
+    if any(type(value) is not kind for value, kind in zip(key, shape, strict=True)):
+        raise CursorError(_cursor_message(text, "a field has the wrong type"))
+    try:
+        timestamp = _EPOCH + timedelta(microseconds=key[1])
+    except OverflowError as exc:
+        raise CursorError(_cursor_message(text, "timestamp out of range")) from exc
+    return Cursor(timestamp, key[2], key[3], key[4])
+
+
+def _cursor_message(text: str, reason: str) -> str:
+    shown = text if len(text) <= 40 else text[:40] + "…"
+    return f"bad search filter `cursor` {shown!r}: {reason}; pass back a page's cursor unchanged"
+
+
+class SearchQuery(BaseModel):
+    """A search over one tenant's events; construction raises `QueryError` on a bad filter.
+
+    `since` is inclusive, `until` exclusive; empty `kinds`/`sources` mean "any".
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    tenant_id: str = Field(min_length=1, description="Tenant whose events are searched.")
+    conversation_id: str | None = Field(None, min_length=1, description="Only this conversation.")
+    kinds: tuple[EventKind, ...] = Field((), description="Only these event kinds.")
+    sources: tuple[EventSource, ...] = Field((), description="Only events from these sources.")
+    since: AwareDatetime | None = Field(None, description="Only events at or after this time.")
+    until: AwareDatetime | None = Field(None, description="Only events before this time.")
+    limit: int = Field(50, ge=1, le=MAX_LIMIT, description="Rows per page.")
+    cursor: str | None = Field(None, description="Resume after this position (from a previous page).")
+
+    def __init__(self, **filters: Any) -> None:
+        try:
+            super().__init__(**filters)
+        except ValidationError as exc:
+            raise QueryError(_query_message(exc)) from exc
+
+    @field_validator("cursor")
+    @classmethod
+    def _cursor_decodes(cls, value: str | None) -> str | None:
+        if value is not None:
+            decode_cursor(value)  # raises CursorError, which pydantic lets through
+        return value
+
+    @model_validator(mode="after")
+    def _range_is_ordered(self) -> SearchQuery:
+        if self.since is not None and self.until is not None and self.since >= self.until:
+            raise ValueError(
+                f"`since` ({self.since.isoformat()}) must be before `until` ({self.until.isoformat()})"
+            )
+        return self
+
+    @property
+    def after(self) -> Cursor | None:
+        """The keyset position to resume after, or None for the first page."""
+        return None if self.cursor is None else decode_cursor(self.cursor)
+
+
+def _query_message(exc: ValidationError) -> str:
+    problems = []
+    for error in exc.errors():
+        where = ".".join(str(part) for part in error["loc"])
+        what = error["msg"]
+        if error["type"] == "extra_forbidden":
+            what = "unknown filter"
+        elif error["type"] == "literal_error":
+            what = f"{what} (got {error['input']!r})"
+        problems.append(f"`{where}`: {what}" if where else what)
+    return "bad search filter " + "; ".join(problems)

@@ -1,0 +1,154 @@
+"""The query API over a store filled by the real consumers: tenants, search, view, inbox, errors."""
+
+from __future__ import annotations
+
+import pytest
+
+from schemas import InboxMessage, SingleObjectCodec
+from schemas.topics import INBOX
+from tests.api.conftest import A, B, World
+from tests.helpers import read_topic
+
+pytestmark = pytest.mark.kafka
+
+
+def test_list_shows_only_the_tenants_conversations_with_title_and_stats(world: World) -> None:
+    body = world.client.get("/conversations", headers=A).json()
+    convs = {c["conversation_id"]: c for c in body["conversations"]}
+    assert set(convs) == {"a1", "a2"}
+    a1 = convs["a1"]
+    assert a1["title"] == "please fix bug a1"
+    assert a1["title_origin"] == "first_message"
+    assert a1["events"] == 30 and a1["view_length"] == 30 and a1["last_seq"] == 30
+    true_counts: dict[str, int] = {}
+    for e in world.of("a1"):
+        true_counts[e.kind] = true_counts.get(e.kind, 0) + 1  # type: ignore[attr-defined]
+    assert a1["stats"]["counts"] == true_counts
+    assert a1["stats"]["tool_calls"] == true_counts["action"]
+    assert a1["execution_status"] == "running"
+    assert [
+        c["conversation_id"] for c in world.client.get("/conversations", headers=B).json()["conversations"]
+    ] == ["b1"]
+
+
+def test_keyset_pages_of_conversations(world: World) -> None:
+    first = world.client.get("/conversations", params={"limit": 1}, headers=A).json()
+    assert [c["conversation_id"] for c in first["conversations"]] == ["a1"]
+    second = world.client.get(
+        "/conversations", params={"limit": 1, "after": first["next_after"]}, headers=A
+    ).json()
+    assert [c["conversation_id"] for c in second["conversations"]] == ["a2"]
+    assert second["next_after"] is None
+
+
+def test_another_tenants_conversation_is_404_everywhere(world: World) -> None:
+    assert world.client.get("/conversations/b1", headers=A).status_code == 404
+    assert world.client.get("/conversations/b1/view", headers=A).status_code == 404
+    assert world.client.get("/conversations/b1", headers=B).status_code == 200
+    found = world.client.get("/events", params={"conversation_id": "b1"}, headers=A).json()
+    assert found["events"] == []
+    posted = world.client.post("/conversations/b1/messages", json={"content": "hi"}, headers=A)
+    assert posted.status_code == 404
+
+
+@pytest.mark.parametrize("headers", [{}, {"X-API-Key": "nope"}])
+def test_missing_or_unknown_key_is_401(world: World, headers: dict[str, str]) -> None:
+    response = world.client.get("/conversations", headers=headers)
+    assert response.status_code == 401
+    assert "key" in response.json()["detail"].lower()
+
+
+def test_view_is_the_active_branch_and_as_of_offset(world: World) -> None:
+    body = world.client.get("/conversations/a1/view", headers=A).json()
+    assert [e["id"] for e in body["events"]] == [e.id for e in world.of("a1")]
+    assert body["active_leaf"] == world.of("a1")[-1].id
+    rows = world.client.get("/events", params={"conversation_id": "a1", "limit": 500}, headers=A).json()[
+        "events"
+    ]
+    tenth = next(r for r in rows if r["seq"] == 10)
+    past = world.client.get("/conversations/a1/view", params={"offset": tenth["offset"]}, headers=A).json()
+    assert [e["seq"] for e in past["events"]] == list(range(1, 11))
+    at = world.of("a1")[4].timestamp.isoformat()
+    by_time = world.client.get("/conversations/a1/view", params={"at": at}, headers=A).json()
+    assert [e["seq"] for e in by_time["events"]] == [1, 2, 3, 4, 5]
+
+
+def test_search_pages_through_everything_in_keyset_order(world: World) -> None:
+    seen, cursor = [], None
+    while True:
+        params = {"limit": 7, **({"cursor": cursor} if cursor else {})}
+        page = world.client.get("/events", params=params, headers=A).json()
+        seen.extend(page["events"])
+        cursor = page["next_cursor"]
+        if cursor is None:
+            break
+    expected = sorted(
+        (e for e in world.events if e.tenant_id == "tenant-a"),
+        key=lambda e: (e.timestamp, e.conversation_id, e.seq),
+    )
+    assert [r["event_id"] for r in seen] == [e.id for e in expected]
+
+
+def test_search_filters_by_kind_source_and_time(world: World) -> None:
+    actions = world.client.get(
+        "/events", params={"kind": "action", "conversation_id": "a1"}, headers=A
+    ).json()
+    assert {r["kind"] for r in actions["events"]} == {"action"}
+    assert len(actions["events"]) == sum(1 for e in world.of("a1") if e.kind == "action")  # type: ignore[attr-defined]
+    two = world.client.get("/events", params=[("kind", "action"), ("kind", "observation")], headers=A).json()
+    assert {r["kind"] for r in two["events"]} == {"action", "observation"}
+    users = world.client.get("/events", params={"source": "user"}, headers=A).json()
+    assert {r["conversation_id"] for r in users["events"]} == {"a1", "a2"}
+    events = world.of("a1")
+    window = {
+        "since": events[2].timestamp.isoformat(),
+        "until": events[5].timestamp.isoformat(),
+        "conversation_id": "a1",
+    }
+    assert [r["seq"] for r in world.client.get("/events", params=window, headers=A).json()["events"]] == [
+        3,
+        4,
+        5,
+    ]
+
+
+@pytest.mark.parametrize(
+    ("params", "needle"),
+    [
+        ({"cursor": "not-a-cursor"}, "cursor"),
+        ({"kind": "bogus"}, "kinds"),
+        ({"source": "robot"}, "sources"),
+        ({"limit": 0}, "limit"),
+        ({"since": "2025-01-02T00:00:00Z", "until": "2025-01-01T00:00:00Z"}, "since"),
+        ({"since": "yesterday"}, "since"),
+    ],
+)
+def test_bad_filters_and_cursors_are_400_with_a_message(world: World, params: dict, needle: str) -> None:
+    response = world.client.get("/events", params=params, headers=A)
+    assert response.status_code == 400, response.text
+    assert needle in response.json()["detail"]
+
+
+def test_post_message_lands_on_the_inbox_topic(world: World) -> None:
+    response = world.client.post("/conversations/a1/messages", json={"content": "and add tests"}, headers=A)
+    assert response.status_code == 202, response.text
+    accepted = response.json()
+    records = read_topic(world.settings, INBOX.name(world.settings.namespace), 1)
+    assert len(records) == 1
+    partition, offset, key, value = records[0]
+    assert (partition, offset) == (accepted["partition"], accepted["offset"])
+    message = SingleObjectCodec().decode(value, expect=(InboxMessage,))
+    assert key == b"a1"
+    assert (message.id, message.content, message.tenant_id, message.command) == (
+        accepted["id"],
+        "and add tests",
+        "tenant-a",
+        "message",
+    )
+    assert world.client.post("/conversations/a1/messages", json={"content": ""}, headers=A).status_code == 400
+
+
+def test_openapi_docs_are_served(world: World) -> None:
+    assert world.client.get("/docs").status_code == 200
+    paths = world.client.get("/openapi.json").json()["paths"]
+    assert {"/conversations", "/conversations/{conversation_id}/view", "/events"} <= set(paths)

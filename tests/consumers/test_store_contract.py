@@ -1,0 +1,192 @@
+"""One projector/store contract suite, run against SQLite and PostgreSQL (STYLE §8 contract suites).
+
+The PostgreSQL subclass is skipped, with the reason, only when no server answers at
+CONVDB_TEST_PG_URL (default postgresql://postgres@127.0.0.1:5432/test).
+"""
+
+from __future__ import annotations
+
+import json
+import tempfile
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+import sqlalchemy as sa
+from hypothesis import HealthCheck, given, settings
+from sqlalchemy.engine import Engine
+
+from consumers.base import ConsumedRecord
+from consumers.errors import RecordsRejectedError
+from consumers.index import IndexConsumer
+from consumers.stats import StatsConsumer, load_states
+from consumers.store import ensure_projections, lock_offsets, offsets, open_engine, store_offsets
+from consumers.titles import TitlesConsumer
+from consumers.titles.projector import load_states as load_titles
+from consumers.views import ViewsConsumer, load_state
+from consumers.views.tables import conversations as views_table
+from projections import stats, titles, view
+from schemas.events import Event
+from tests.consumers.builders import conversation
+from tests.consumers.conftest import drop_pg_schema, make_pg_schema, pg_unreachable_reason
+from tests.strategies import batch_splits, interleaved_conversations, split, with_redeliveries
+
+
+def records_of(events: Sequence[Event], start: int = 0) -> list[ConsumedRecord]:
+    """Events as consumed records of partition 0, offsets from `start`."""
+    return [ConsumedRecord("ev", 0, start + i, 0, e.conversation_id, e) for i, e in enumerate(events)]
+
+
+def projectors() -> list:  # type: ignore[type-arg]
+    return [ViewsConsumer(), IndexConsumer(), StatsConsumer(), TitlesConsumer()]
+
+
+def apply_batches(engine: Engine, batches: Sequence[Sequence[ConsumedRecord]]) -> dict[str, dict[str, str]]:
+    """Apply batches (one transaction each) with fresh projectors; returns every projector's digests."""
+    procs = projectors()
+    ensure_projections(engine, procs)
+    for batch in batches:
+        with engine.begin() as conn:
+            for p in procs:
+                p.apply(conn, batch)
+    with engine.connect() as conn:
+        return {p.name: p.digests(conn) for p in procs}
+
+
+class StoreContract:
+    """What every store backend must do; subclasses provide `fresh_store`."""
+
+    @contextmanager
+    def fresh_store(self) -> Iterator[Engine]:  # pragma: no cover - abstract
+        raise NotImplementedError
+        yield
+
+    @settings(
+        max_examples=12,
+        deadline=None,
+        suppress_health_check=[HealthCheck.too_slow, HealthCheck.differing_executors],
+    )
+    @given(
+        data=interleaved_conversations(max_conversations=3, max_size=20).flatmap(
+            lambda evs: with_redeliveries(evs).flatmap(
+                lambda full: batch_splits(len(full)).map(lambda c: (full, c))
+            )
+        )
+    )
+    def test_any_batch_split_equals_one_batch_and_the_pure_folds(
+        self, data: tuple[list[Event], list[int]]
+    ) -> None:
+        events, cuts = data
+        records = records_of(events)
+        with self.fresh_store() as one, self.fresh_store() as many:
+            whole = apply_batches(one, [records])
+            parts = apply_batches(
+                many,
+                [
+                    records_of(b, start=sum(len(x) for x in split(events, cuts)[:i]))
+                    for i, b in enumerate(split(events, cuts))
+                ],
+            )
+            assert whole == parts
+            self.assert_equals_pure_folds(many, events)
+
+    def assert_equals_pure_folds(self, engine: Engine, events: list[Event]) -> None:
+        convs = sorted({e.conversation_id for e in events})
+        with engine.connect() as conn:
+            stored_stats = load_states(conn, convs)
+            stored_titles = load_titles(conn, convs)
+            for conv in convs:
+                mine = [e for e in events if e.conversation_id == conv]
+                pure_view = view.fold_all(view.initial(conv), mine)
+                assert load_state(conn, conv).visible == pure_view.visible
+                digest = conn.execute(
+                    sa.select(views_table.c.digest).where(views_table.c.conversation_id == conv)
+                )
+                assert digest.scalar() == view.digest(pure_view)
+                assert self.live_branch_ids(conn, conv) == [e.id for e in view.active_branch(pure_view)]
+                assert stored_stats[conv] == stats.fold_all(stats.initial(conv), mine)
+                assert stored_titles[conv][1] == titles.fold_all(titles.initial(conv), mine)
+
+    @staticmethod
+    def live_branch_ids(conn: sa.Connection, conv: str) -> list[str]:
+        from consumers.views.tables import events as log
+
+        branch = json.loads(
+            conn.execute(
+                sa.select(views_table.c.branch).where(views_table.c.conversation_id == conv)
+            ).scalar()
+        )
+        ids = dict(
+            conn.execute(sa.select(log.c.position, log.c.event_id).where(log.c.conversation_id == conv)).all()
+        )
+        return [ids[p] for first, last in branch for p in range(first, last + 1)]
+
+    def test_a_gap_is_rejected_with_its_record_and_nothing_is_written(self) -> None:
+        events = conversation("g", 5)
+        records = records_of(events[:2] + events[3:])
+        with self.fresh_store() as engine:
+            ensure_projections(engine, [StatsConsumer()])
+            with pytest.raises(RecordsRejectedError) as info, engine.begin() as conn:
+                StatsConsumer().apply(conn, records)
+            assert [r.value.seq for r, _ in info.value.rejected] == [4, 5]
+            with engine.connect() as conn:
+                assert load_states(conn, ["g"]) == {}
+
+    def test_version_change_drops_tables_and_forgets_offsets(self) -> None:
+        with self.fresh_store() as engine:
+            assert ensure_projections(engine, [StatsConsumer()]) == []
+            with engine.begin() as conn:
+                StatsConsumer().apply(conn, records_of(conversation("v", 3)))
+                store_offsets(conn, {("stats", "ev", 0): 3})
+            bumped = StatsConsumer()
+            bumped.version = 2
+            assert ensure_projections(engine, [bumped]) == ["stats"]
+            with engine.connect() as conn:
+                assert load_states(conn, ["v"]) == {}
+                assert conn.execute(sa.select(offsets).where(offsets.c.consumer == "stats")).all() == []
+            assert ensure_projections(engine, [bumped]) == []
+
+    def test_offsets_are_locked_created_and_advanced(self) -> None:
+        with self.fresh_store() as engine:
+            ensure_projections(engine, [])
+            keys = [("views", "ev", 0), ("views", "ev", 1)]
+            with engine.begin() as conn:
+                assert lock_offsets(conn, keys) == {k: -1 for k in keys}
+                store_offsets(conn, {keys[0]: 10})
+            with engine.begin() as conn:
+                assert lock_offsets(conn, keys) == {keys[0]: 10, keys[1]: -1}
+
+
+class TestSQLiteStore(StoreContract):
+    """The contract on a SQLite file."""
+
+    @contextmanager
+    def fresh_store(self) -> Iterator[Engine]:
+        with tempfile.TemporaryDirectory() as tmp:
+            engine = open_engine(f"sqlite:///{Path(tmp) / 'store.db'}")
+            try:
+                yield engine
+            finally:
+                engine.dispose()
+
+
+@pytest.mark.postgres
+class TestPostgresStore(StoreContract):
+    """The contract on PostgreSQL, one schema per store."""
+
+    @pytest.fixture(autouse=True)
+    def _server(self) -> None:
+        reason = pg_unreachable_reason()
+        if reason:
+            pytest.skip(reason)
+
+    @contextmanager
+    def fresh_store(self) -> Iterator[Engine]:
+        url, schema = make_pg_schema()
+        engine = open_engine(url)
+        try:
+            yield engine
+        finally:
+            engine.dispose()
+            drop_pg_schema(schema)

@@ -1,0 +1,50 @@
+"""`convdb demo` and `convdb run` as real subprocesses."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from infra.settings import Settings
+from tests.producers._support import _base_env
+
+pytestmark = pytest.mark.kafka
+
+
+def convdb(
+    args: list[str], env: dict[str, str], cwd: Path, timeout: float = 120
+) -> subprocess.CompletedProcess[str]:
+    argv = [sys.executable, "-m", "infra.cli.main", *args]
+    return subprocess.run(argv, env=env, cwd=cwd, capture_output=True, text=True, timeout=timeout)
+
+
+def test_demo_json_on_the_test_broker(settings: Settings, tmp_path: Path) -> None:
+    env = {**_base_env(), **settings.to_env()}
+    done = convdb(["demo", "--conversations", "3", "--json"], env, tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    summary = json.loads(done.stdout)  # stdout holds exactly one JSON object
+    assert summary["conversations"] == 3 and summary["statuses"] == {"finished": 3}
+    assert summary["effects"] == {"confirmed": 6}  # write_file + create_issue per conversation
+    assert summary["provider_mutations"] == 3
+    assert summary["events"] == 42 and summary["events_by_kind"]["llm_usage"] == 9
+
+
+def test_run_prints_the_events_and_bad_input_exits_2(settings: Settings, tmp_path: Path) -> None:
+    env = {**_base_env(), **settings.to_env(), "CONVDB_LLM": json.dumps({"scripted_backend": "direct"})}
+    done = convdb(["run", "--conversation", "cli-1", "hello there"], env, tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "Noted: hello there" in done.stdout and "conversation cli-1: finished" in done.stdout
+    bad = convdb(["run", "   "], env, tmp_path)
+    assert bad.returncode == 2 and "the task is empty" in bad.stderr
+
+
+@pytest.mark.slow
+def test_demo_on_the_embedded_default(tmp_path: Path) -> None:
+    env = {**_base_env(), "CONVDB_DATA_DIR": str(tmp_path / "data")}
+    done = convdb(["demo", "--json"], env, tmp_path, timeout=180)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert json.loads(done.stdout)["statuses"] == {"finished": 3}

@@ -1,0 +1,113 @@
+"""Pure parts of the runtime: scripted model, chat messages, ledger fold, secrets, status machine."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import UTC, datetime
+
+import pytest
+
+from producers.effects import OperationState, Step, fold_ledger, next_step, retry_allowed
+from producers.errors import IllegalTransitionError
+from producers.history import murmur2, partition_for
+from producers.messages import to_messages
+from producers.scripted import parse_plan, scripted_turn
+from producers.secrets import SecretsRegistry
+from producers.status import check_transition
+from schemas import (
+    ActionEvent,
+    AgentErrorEvent,
+    EffectProposed,
+    EffectStarted,
+    EffectUnknown,
+    LLMUsageEvent,
+    MessageEvent,
+    ObservationEvent,
+)
+
+
+def env(seq: int, source: str = "agent") -> dict[str, object]:
+    return {
+        "id": f"e{seq}", "conversation_id": "c", "tenant_id": "t", "seq": seq,
+        "timestamp": datetime.now(UTC), "source": source, "parent_id": f"e{seq - 1}" if seq > 1 else None,
+    }  # fmt: skip
+
+
+def test_scripted_model_is_deterministic_and_follows_the_plan() -> None:
+    plan = '!read_file {"path": "a"}\n!write_file {"path": "b", "content": "{{last}}"}\n+notify {}'
+    assert parse_plan(plan) == [
+        [("read_file", '{"path": "a"}')],
+        [("write_file", '{"path": "b", "content": "{{last}}"}'), ("notify", "{}")],
+    ]
+    messages = [{"role": "user", "content": plan}]
+    first = scripted_turn(messages)
+    assert first == scripted_turn(messages)
+    assert first["choices"][0]["message"]["tool_calls"][0]["function"]["name"] == "read_file"
+    messages += [first["choices"][0]["message"], {"role": "tool", "tool_call_id": "call_1_1", "content": "X"}]
+    second = scripted_turn(messages)["choices"][0]["message"]["tool_calls"]
+    assert [c["function"]["name"] for c in second] == ["write_file", "notify"]
+    assert '"content": "X"' in second[0]["function"]["arguments"]
+
+
+def test_bad_call_keeps_its_turn_so_every_tool_result_follows_its_call() -> None:
+    action = ActionEvent(
+        **env(3), tool_name="read_file", tool_call_id="k1", arguments="{}", llm_response_id="r",
+        operation_id="c/e3", intent_hash="h", effect_class="read_only",
+    )  # fmt: skip
+    events = [
+        MessageEvent(**env(1, "user"), role="user", content="go"),
+        LLMUsageEvent(
+            **env(2), model="m", llm_response_id="r", prompt_tokens=1, completion_tokens=1, latency_ms=1
+        ),
+        action,
+        AgentErrorEvent(**env(4), error="bad", tool_name="x", tool_call_id="k2"),
+        ObservationEvent(
+            **env(5, "environment"), action_id="e3", tool_name="read_file", tool_call_id="k1", content="ok"
+        ),
+    ]
+    messages = to_messages(events)
+    assert [m["role"] for m in messages] == ["user", "assistant", "tool", "tool"]
+    assert [c["id"] for c in messages[1]["tool_calls"]] == ["k1", "k2"]
+    assert {m["tool_call_id"] for m in messages[2:]} == {"k1", "k2"}
+
+
+def ledger(kind: type, **fields: object) -> object:
+    base = {"id": str(uuid.uuid4()), "operation_id": "c/a", "conversation_id": "c", "tenant_id": "t",
+            "timestamp": datetime.now(UTC)}  # fmt: skip
+    return kind(**base, **fields)
+
+
+def test_ledger_fold_and_recovery_steps() -> None:
+    ops: dict[str, OperationState] = {}
+    assert next_step(None) is Step.EXECUTE
+    fold_ledger(ops, ledger(EffectProposed, action_id="a", tool_name="notify", intent_hash="h",
+                            effect_class="irreversible", reconcile_after=datetime.now(UTC)))  # fmt: skip
+    assert next_step(ops["c/a"]) is Step.EXECUTE
+    fold_ledger(ops, ledger(EffectStarted, attempt=1))
+    assert next_step(ops["c/a"]) is Step.SETTLE
+    fold_ledger(ops, ledger(EffectUnknown, reason="?"))
+    fold_ledger(ops, ledger(EffectUnknown, reason="again"))  # a repeated transition changes nothing
+    assert ops["c/a"].status == "unknown" and next_step(ops["c/a"]) is Step.WAIT_HUMAN
+    assert retry_allowed("keyed", False) and retry_allowed("idempotent", False)
+    assert not retry_allowed("irreversible", False) and retry_allowed("irreversible", True)
+
+
+def test_secrets_are_redacted_and_revealed() -> None:
+    secrets = SecretsRegistry({"TOKEN": "abc123", "LONG": "abc123456"})
+    assert secrets.redact("x abc123456 y abc123") == "x <secret:LONG> y <secret:TOKEN>"
+    assert secrets.reveal("use <secret:TOKEN> and <secret:OTHER>") == "use abc123 and <secret:OTHER>"
+    message = MessageEvent(**env(1, "user"), role="user", content="key abc123")
+    assert secrets.redact_record(message).content == "key <secret:TOKEN>"
+    with pytest.raises(ValueError):
+        secrets.register("EMPTY", "")
+
+
+def test_status_machine_and_partitioner() -> None:
+    check_transition("c", "idle", "running")
+    with pytest.raises(IllegalTransitionError, match="cannot go from waiting_for_human to finished"):
+        check_transition("c", "waiting_for_human", "finished")
+    # Kafka's own murmur2 test vectors (clients/src/test/.../UtilsTest.java).
+    assert murmur2(b"21") - 2**32 == -973932308
+    assert murmur2(b"foobar") - 2**32 == -790332482
+    assert murmur2(b"a-little-bit-long-string") - 2**32 == -985981536
+    assert 0 <= partition_for("conv-1", 4) < 4

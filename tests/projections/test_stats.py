@@ -1,0 +1,127 @@
+"""Stats projection: every figure equals a simple recount; splits and duplicates don't matter."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from datetime import timedelta
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from projections import stats
+from projections._folding import fold_conversations
+from projections.errors import ConversationMismatchError, SequenceGapError
+from schemas.events import (
+    ActionEvent,
+    AgentErrorEvent,
+    Event,
+    LLMUsageEvent,
+    MessageEvent,
+    ObservationEvent,
+    StateUpdateEvent,
+)
+from tests.strategies import (
+    T0,
+    batch_splits,
+    conversations,
+    interleaved_conversations,
+    split,
+    with_redeliveries,
+)
+
+
+def build(events: list[Event]) -> stats.ConversationStats:
+    return stats.fold_all(stats.initial(events[0].conversation_id), events)
+
+
+@given(conversations())
+def test_figures_equal_a_simple_recount(events: list[Event]) -> None:
+    """Counts by kind, tokens, cost, tool calls, errors, status and times, recounted by hand."""
+    state = build(events)
+    usage = [e for e in events if isinstance(e, LLMUsageEvent)]
+    assert state.events == len(events)
+    assert state.counts_by_kind == dict(Counter(e.kind for e in events))
+    assert state.llm_calls == len(usage)
+    assert state.prompt_tokens == sum(e.prompt_tokens for e in usage)
+    assert state.completion_tokens == sum(e.completion_tokens for e in usage)
+    assert state.cached_tokens == sum(e.cached_tokens for e in usage)
+    assert state.cost == pytest.approx(sum(e.cost for e in usage if e.cost is not None))
+    assert state.unpriced_calls == sum(1 for e in usage if e.cost is None)
+    assert state.llm_latency_ms == pytest.approx(sum(e.latency_ms for e in usage))
+    assert state.tool_calls == sum(1 for e in events if isinstance(e, ActionEvent))
+    assert state.errors == sum(
+        1
+        for e in events
+        if isinstance(e, AgentErrorEvent) or (isinstance(e, ObservationEvent) and e.is_error)
+    )
+    updates = [e for e in events if isinstance(e, StateUpdateEvent)]
+    assert state.execution_status == (updates[-1].execution_status if updates else None)
+    assert state.first_timestamp == min(e.timestamp for e in events)
+    assert state.last_timestamp == max(e.timestamp for e in events)
+    assert state.duration_s == (state.last_timestamp - state.first_timestamp).total_seconds()
+    assert state.tenant_id == events[0].tenant_id
+    json.dumps(stats.as_row(state))  # JSON-able for the store
+
+
+@given(conversations(), st.data())
+def test_batch_split_invariant(events: list[Event], data: st.DataObject) -> None:
+    """Folding all at once equals folding in any batch split."""
+    state = stats.initial(events[0].conversation_id)
+    for batch in split(events, data.draw(batch_splits(len(events)))):
+        state = stats.fold_all(state, batch)
+    assert state == build(events)
+
+
+@given(conversations(), st.data())
+def test_duplicates_are_not_counted_twice(events: list[Event], data: st.DataObject) -> None:
+    """Folding twice, or with redeliveries (annotations included), equals folding once."""
+    once = build(events)
+    assert stats.fold_all(once, events) == once
+    assert build(data.draw(with_redeliveries(events))) == once
+
+
+@given(interleaved_conversations())
+def test_interleaved_conversations_are_independent(events: list[Event]) -> None:
+    states = fold_conversations({}, events, stats.initial, stats.fold)
+    for cid, state in states.items():
+        assert state == build([e for e in events if e.conversation_id == cid])
+
+
+def usage(seq: int, cost: float | None) -> LLMUsageEvent:
+    return LLMUsageEvent(
+        id=f"u{seq}",
+        conversation_id="c",
+        tenant_id="t",
+        seq=seq,
+        timestamp=T0 + timedelta(seconds=seq),
+        source="agent",
+        model="m",
+        llm_response_id=f"r{seq}",
+        prompt_tokens=100,
+        completion_tokens=10,
+        cost=cost,
+        latency_ms=250.0,
+    )
+
+
+def test_llm_usage_and_errors() -> None:
+    state = stats.fold_all(stats.initial("c"), [usage(1, 0.25), usage(2, None), usage(3, 0.5)])
+    assert (state.llm_calls, state.prompt_tokens, state.completion_tokens) == (3, 300, 30)
+    assert (state.cost, state.unpriced_calls, state.llm_latency_ms) == (0.75, 1, 750.0)
+    assert state.duration_s == 2.0
+    with pytest.raises(SequenceGapError, match="seq 5 after 3"):
+        stats.fold(state, usage(5, 0.1))
+    other = MessageEvent(
+        id="x",
+        conversation_id="d",
+        tenant_id="t",
+        seq=4,
+        timestamp=T0,
+        source="user",
+        role="user",
+        content="hi",
+    )
+    with pytest.raises(ConversationMismatchError):
+        stats.fold(state, other)

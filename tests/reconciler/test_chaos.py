@@ -1,0 +1,170 @@
+"""Randomized chaos: conversations with keyed side effects while runners and the reconciler are killed.
+
+Runners (`python -m producers.runner serve`, one inbox-group member at a time) are armed with
+a random crash point and SIGKILL themselves there; the reconciler is SIGKILLed at random
+moments and restarted. At the end: provider mutations == confirmed operations, zero
+duplicate mutations, zero operations executing past their deadline, and every reader folds
+the ledger without an illegal transition. The bounded run is in the default set;
+`--chaos-long` runs 200 conversations.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import random
+import time
+import uuid
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from infra.reader import read_topic
+from producers.crashpoints import CRASH_POINTS
+from projections.effects import OperationStatus
+from schemas import EffectProposed, InboxMessage, StateUpdateEvent
+from schemas.topics import EVENTS, INBOX
+from tests.conftest import BrokerInfo
+from tests.helpers import now
+from tests.reconciler.conftest import Proc, System, provider_stats, start_system
+from tests.reconciler.ledger import CODEC, fold_ledger, publish, read_ledger, reconciler_records
+
+logger = logging.getLogger(__name__)
+
+pytestmark = [pytest.mark.kafka, pytest.mark.chaos]
+
+TOOL_POINTS = tuple(p for p in CRASH_POINTS if p != "after_inbox_message")
+
+
+@pytest.fixture(scope="module")
+def system(broker: BrokerInfo, module_dir: Path, procs: list[Proc]) -> Iterator[System]:
+    """The whole pipeline, with the provider sending receipts to the API."""
+    yield start_system(broker, module_dir, procs, receipts=True)
+
+
+def task(rng: random.Random, n: int) -> str:
+    """1-3 create_issue steps, sometimes two in parallel (one LLM response, two operations)."""
+    lines = []
+    for step in range(rng.randint(1, 3)):
+        lines.append(f'!create_issue {{"title": "issue {n}.{step}", "body": "chaos"}}')
+        if rng.random() < 0.25:
+            lines.append(f'+create_issue {{"title": "issue {n}.{step}b", "body": "parallel"}}')
+    return "\n".join(lines)
+
+
+def statuses(system: System) -> dict[str, str]:
+    """Last execution status of every conversation."""
+    last: dict[str, str] = {}
+    for msg in read_topic(system.settings, EVENTS.name(system.settings.namespace)):
+        event = CODEC.decode(msg.value())
+        if isinstance(event, StateUpdateEvent):
+            last[event.conversation_id] = event.execution_status
+    return last
+
+
+def arm(system: System, rng: random.Random, crashes_left: int, n: int) -> Proc:
+    """A runner that will kill itself at a random crash point (or not, once the budget is spent)."""
+    if crashes_left > 0:
+        point = rng.choice(TOOL_POINTS)
+        return system.runner("serve", f"runner-{n}", crash_at=point, crash_tool="create_issue")
+    return system.runner("serve", f"runner-{n}")
+
+
+def test_chaos(system: System, request: pytest.FixtureRequest) -> None:
+    long = bool(request.config.getoption("--chaos-long"))
+    n, reconciler_kills, budget_s = (200, 8, 900.0) if long else (20, 3, 300.0)
+    seed = random.randrange(1 << 30)
+    rng = random.Random(seed)
+    convs = [f"chaos-{i}-{uuid.uuid4().hex[:6]}" for i in range(n)]
+    publish(
+        system.settings,
+        [
+            (
+                INBOX,
+                InboxMessage(
+                    id=str(uuid.uuid4()),
+                    conversation_id=c,
+                    tenant_id="acme",
+                    timestamp=now(),
+                    command="message",
+                    content=task(rng, i),
+                ),
+            )  # fmt: skip
+            for i, c in enumerate(convs)
+        ],
+    )
+    started = time.monotonic()
+    crashes_left, runner_crashes, kills = n // 3 + 2, 0, 0
+    runner = arm(system, rng, crashes_left, 0)
+    finished: dict[str, str] = {}
+    restart_at: float | None = None
+    try:
+        while time.monotonic() - started < budget_s:
+            finished = {c: s for c, s in statuses(system).items() if c in convs and s == "finished"}
+            if len(finished) == n:
+                break
+            if not runner.alive and restart_at is None:
+                runner_crashes += 1
+                crashes_left -= 1
+                # Half the time the runner stays down past the deadline: the reconciler decides first.
+                restart_at = time.monotonic() + rng.choice((0.0, rng.uniform(3.0, 6.0)))
+            if restart_at is not None and time.monotonic() >= restart_at:
+                runner, restart_at = arm(system, rng, crashes_left, runner_crashes), None
+            if kills < reconciler_kills and rng.random() < 0.15:
+                kills += 1
+                system.reconciler.kill()
+                system.reconciler.start()
+            time.sleep(0.5)  # poll interval, not synchronization: the loop re-checks the log
+    finally:
+        runner.stop()
+    elapsed = time.monotonic() - started
+    assert len(finished) == n, f"seed {seed}: {n - len(finished)} not finished after {elapsed:.0f}s"
+    figures = settle_and_check(system, convs)
+    figures.update(seed=seed, conversations=n, runner_crashes=runner_crashes, reconciler_kills=kills,
+                   seconds=round(elapsed, 1))  # fmt: skip
+    print("CHAOS", json.dumps(figures, sort_keys=True))
+    (system.dir / "chaos.json").write_text(json.dumps(figures, sort_keys=True))
+
+
+def settle_and_check(system: System, convs: list[str]) -> dict[str, object]:
+    """Wait until no operation is executing, then check the invariants; returns the figures."""
+    wanted = set(convs)
+    deadline = time.monotonic() + 120
+    while True:
+        ledger = read_ledger(system.settings)
+        states = {op: s for op, s in fold_ledger(ledger).items() if s.conversation_id in wanted}
+        executing = [op for op, s in states.items() if s.status is OperationStatus.EXECUTING]
+        if not executing or time.monotonic() > deadline:
+            break
+        time.sleep(0.5)
+    assert not executing, f"operations stuck executing past their deadline: {executing[:5]}"
+    by_key = {k: v for k, v in provider_stats(system.provider_url)["by_key"].items() if k in states}  # type: ignore[union-attr]
+    confirmed = {op for op, s in states.items() if s.status is OperationStatus.CONFIRMED}
+    assert all(count == 1 for count in by_key.values()), [k for k, v in by_key.items() if v > 1]
+    assert set(by_key) == confirmed, set(by_key) ^ confirmed
+    proposed = {
+        r.operation_id for r in ledger if isinstance(r, EffectProposed) and r.conversation_id in wanted
+    }
+    assert proposed == set(states)
+    emitted = reconciler_records(ledger)
+    repeated = sum(len(v) - len({r.id for r in v}) for op, v in emitted.items() if op in states)
+    for op in states:
+        kinds = Counter(r.kind for r in {r.id: r for r in emitted.get(op, [])}.values())
+        assert kinds["effect_confirmed"] <= 1, (op, kinds)
+    origins = Counter(
+        getattr(r, "origin", "?")
+        for r in {r.id: r for r in ledger if r.kind == "effect_confirmed"}.values()
+        if r.operation_id in states
+    )
+    return {
+        "operations": len(states),
+        "provider_mutations": sum(by_key.values()),
+        "confirmed": len(confirmed),
+        "duplicate_mutations": sum(v - 1 for v in by_key.values()),
+        "stuck_executing": len(executing),
+        "confirmations_by_origin": dict(origins),
+        "reconciler_transitions": sum(len({r.id for r in v}) for op, v in emitted.items() if op in states),
+        "reconciler_redeliveries": repeated,
+    }

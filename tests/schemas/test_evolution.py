@@ -1,0 +1,88 @@
+"""Schema evolution: every shipped version of a record reads every other (backward and forward)."""
+
+from __future__ import annotations
+
+from io import BytesIO
+from typing import Any
+
+import pytest
+from fastavro import schemaless_writer  # crafts old-writer bytes; the codec stays fastavro's only user
+
+from schemas import LLMUsageEvent, SingleObjectCodec
+from schemas.catalog import MODELS, SchemaVersion, shipped_catalog
+from schemas.errors import InvalidRecordError
+from tests.schemas.records import sample_record
+
+CATALOG = shipped_catalog()
+PAIRS = [
+    (writer, reader)
+    for writer in CATALOG.versions
+    for reader in CATALOG.versions
+    if writer.name == reader.name
+]
+
+
+def written_by(version: SchemaVersion, values: dict[str, Any]) -> bytes:
+    """Single-object bytes as a producer that only knows `version` would write them."""
+    names = [f["name"] for f in version.schema["fields"]]
+    buf = BytesIO()
+    buf.write(version.header)
+    schemaless_writer(buf, version.parsed, {n: values[n] for n in names}, strict=True)
+    return buf.getvalue()
+
+
+def field_names(version: SchemaVersion) -> list[str]:
+    return [f["name"] for f in version.schema["fields"]]
+
+
+def test_llm_usage_has_two_versions_v2_adds_cached_tokens() -> None:
+    v1, v2 = sorted((v for v in CATALOG.versions if v.name == "LLMUsageEvent"), key=lambda v: v.version)
+    assert (v1.version, v2.version) == (1, 2)
+    assert field_names(v2) == [*field_names(v1), "cached_tokens"]
+    assert v1.fingerprint != v2.fingerprint
+    assert CATALOG.latest["LLMUsageEvent"] is v2
+
+
+def test_llm_usage_v1_data_reads_with_the_v2_reader() -> None:
+    v1 = next(v for v in CATALOG.versions if v.name == "LLMUsageEvent" and v.version == 1)
+    record = sample_record(LLMUsageEvent)
+    data = written_by(v1, record.__dict__)
+    decoded = SingleObjectCodec().decode(data, expect=(LLMUsageEvent,))
+    assert decoded.cached_tokens == 0  # the v2 default fills the field v1 never wrote
+    assert decoded == record.model_copy(update={"cached_tokens": 0})
+
+
+def test_llm_usage_v2_data_reads_with_a_v1_reader() -> None:
+    record = sample_record(LLMUsageEvent).model_copy(update={"cached_tokens": 321})
+    data = SingleObjectCodec().encode(record)
+    old_reader = SingleObjectCodec(CATALOG.restricted("LLMUsageEvent", 1))
+    decoded = old_reader.decode(data)
+    # The v1 reader drops cached_tokens; everything v1 knows survives unchanged.
+    assert decoded.cached_tokens == 0
+    assert decoded.model_dump(exclude={"cached_tokens"}) == record.model_dump(exclude={"cached_tokens"})
+
+
+def test_a_pinned_v1_writer_cannot_silently_drop_a_v2_field() -> None:
+    old_writer = SingleObjectCodec(CATALOG.restricted("LLMUsageEvent", 1))
+    with pytest.raises(InvalidRecordError, match="cannot encode LLMUsageEvent"):
+        old_writer.encode(sample_record(LLMUsageEvent))
+
+
+def test_restricted_refuses_a_version_that_was_never_shipped() -> None:
+    with pytest.raises(KeyError, match="LLMUsageEvent v9"):
+        CATALOG.restricted("LLMUsageEvent", 9)
+
+
+@pytest.mark.parametrize(
+    ("writer", "reader"), PAIRS, ids=[f"{w.name}-v{w.version}->v{r.version}" for w, r in PAIRS]
+)
+def test_every_shipped_version_reads_every_other(writer: SchemaVersion, reader: SchemaVersion) -> None:
+    model = MODELS[writer.name]
+    record = sample_record(model)
+    data = written_by(writer, record.__dict__)
+    codec = SingleObjectCodec(CATALOG.restricted(reader.name, reader.version))
+    decoded = codec.decode(data, expect=(model,))
+    both = set(field_names(writer)) & set(field_names(reader))
+    for name, info in model.model_fields.items():
+        expected = record.__dict__[name] if name in both else info.get_default(call_default_factory=True)
+        assert getattr(decoded, name) == expected, name
