@@ -72,18 +72,22 @@ def measure_sink(
     thread = threading.Thread(target=runner.run, name="bench-runner", daemon=True)
     thread.start()
     deadline = time.monotonic() + timeout
-    events_total = runner.metrics.events.labels(runner.name)
+    labels = {"consumer": runner.name}
+
+    def applied() -> float:
+        return runner.metrics.registry.get_sample_value("convdb_consumer_events_total", labels) or 0.0
+
     first = None
     try:
         while time.monotonic() < deadline:
-            done = events_total._value.get()
+            done = applied()
             if first is None and done > 0:
                 first = (time.monotonic(), done)
             if done >= expected:
                 break
             time.sleep(0.01)
         else:
-            raise TimeoutError(f"only {events_total._value.get()} of {expected} events in {timeout}s")
+            raise TimeoutError(f"only {applied()} of {expected} events in {timeout}s")
         elapsed = time.monotonic() - first[0] if first else 0.0
         counted = expected - (first[1] if first else 0)
     finally:

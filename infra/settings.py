@@ -107,6 +107,11 @@ class RuntimeSettings(Section):
     reconcile_after_s: float = Field(
         30.0, description="EffectProposed.reconcile_after: when the reconciler may look an operation up."
     )
+    snapshot_every: int = Field(
+        100,
+        description="Fleet runners snapshot a conversation after this many events (K) and at every "
+        "stop state; a restore reads at most about K events of its tail.",
+    )
 
 
 class ReconcilerSettings(Section):
@@ -173,6 +178,11 @@ class Settings(BaseSettings):
         None, description="Fault injection: SIGKILL the runner at this named crash point (tests only)."
     )
     crash_tool: str | None = Field(None, description="Fault injection: only for actions of this tool.")
+    crash_signal: str = Field(
+        "SIGKILL",
+        description="Fault injection: the signal sent at the crash point; SIGSTOP freezes a fleet runner "
+        "once (a zombie for fencing tests).",
+    )
 
     def topic(self, suffix: str) -> str:
         """Full name of a topic under this namespace."""

@@ -187,8 +187,11 @@ class TransactionalPublisher(EventPublisher):
         offsets: list[TopicPartition] | None = None,
         group_metadata: Any = None,
         timeout: float | None = None,
-    ) -> None:
-        """Publish all records (and commit consumer offsets, if given) in one transaction."""
+    ) -> list[Delivery]:
+        """Publish all records (and commit consumer offsets, if given) in one transaction.
+
+        Returns the deliveries (partition and offset of each record) in record order.
+        """
         timeout = self._deadline if timeout is None else timeout
         try:
             self.producer.begin_transaction()
@@ -197,6 +200,11 @@ class TransactionalPublisher(EventPublisher):
             if offsets:
                 self.producer.send_offsets_to_transaction(offsets, group_metadata, timeout)
             self.producer.commit_transaction(timeout)
+        except SequenceGapError:
+            # Refused before anything was committed: end the open transaction so the next one can begin.
+            self._pending.clear()
+            self.producer.abort_transaction(timeout)
+            raise
         except KafkaException as exc:
             self._pending.clear()
             for _, record in records:
@@ -212,6 +220,7 @@ class TransactionalPublisher(EventPublisher):
         pending, self._pending = self._pending, []
         for d in pending:
             d.raise_for_error()
+        return pending
 
 
 def _txn_error(transactional_id: str, step: str, exc: KafkaException) -> PublishError:

@@ -153,6 +153,39 @@ class Snapshot(AvroModel):
         (), description="Operation ids not yet confirmed or failed."
     )
     kind: Literal["snapshot"] = Field("snapshot", description="Always 'snapshot'.")
+    view_complete: bool = Field(
+        False,
+        description="True when view_events (and path_ids) rebuild the view; false means restore "
+        "refolds from first_events_offset.",
+    )
+    view_events: tuple[bytes, ...] = Field(
+        (),
+        description="The active branch as the agent reads it (condensations applied), each event "
+        "codec-encoded, root first.",
+    )
+    path_ids: tuple[str, ...] = Field(
+        (),
+        description="Ids of the active path from the last condensation on it to the active leaf, root first.",
+    )
+    path_events: tuple[bytes, ...] = Field(
+        (), description="Events of path_ids that are not in view_events, codec-encoded."
+    )
+    first_events_offset: int = Field(
+        -1, description="Events-topic offset of the conversation's first event (-1 unknown)."
+    )
+    effects_offset: int = Field(
+        -1,
+        description="Effects-topic offset from which a restore folds this conversation's ledger (-1 unknown).",
+    )
+    partition_events_offset: int = Field(
+        -1,
+        description="Events-topic offset from which a restore of the whole partition must read (-1 unknown).",
+    )
+    partition_effects_offset: int = Field(
+        -1,
+        description="Effects-topic offset from which a restore of the whole partition must read (-1 unknown).",
+    )
+    total_cost: float = Field(0.0, description="LLM cost (USD) of every event covered.")
 
 
 LedgerEvent = Annotated[

@@ -35,6 +35,10 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p = sub.add_parser("demo", help="run scripted conversations with side effects and print a summary")
     p.add_argument("--conversations", type=positive, default=3, metavar="N", help="how many (default 3)")
     p.add_argument("--json", action="store_true", help="print the summary as one JSON object")
+    p.add_argument(
+        "--runners", type=positive, default=1, metavar="N",
+        help="run the conversations with N fleet runner processes (default 1: in-process inbox runner)",
+    )  # fmt: skip
     p.set_defaults(func=_demo)
 
 
@@ -168,7 +172,12 @@ def _demo(args: argparse.Namespace) -> int:
     with broker_for(settings, with_s3=True) as live:
         log = live.data_dir.resolve() / "demo-provider.log"
         with ProviderProcess(log) as provider:
-            parts = run_conversations(live, args.conversations, provider.url)
+            if args.runners > 1:
+                from infra.cli.runner import run_fleet_demo
+
+                parts = run_fleet_demo(live, args.conversations, provider.url, args.runners)
+            else:
+                parts = run_conversations(live, args.conversations, provider.url)
             parts.provider_stats = provider.get("/stats")
     summary = build_summary(parts)
     if args.json:

@@ -28,6 +28,7 @@ COMMAND_MODULES = (
     "infra.cli.audit",
     "infra.cli.export",
     "infra.cli.reconcile",
+    "infra.cli.runner",
 )
 """Modules that register subcommands, in help order; each has `register(subparsers)`."""
 

@@ -33,6 +33,7 @@ class ConsumerProcess:
             sys.executable,
             "-m",
             "infra.cli.main",
+            "-v",
             "consume",
             *self.names,
             "--metrics-port",
@@ -116,4 +117,16 @@ def wait_progress(proc: ConsumerProcess, minimum: float, timeout: float = 60.0) 
         if value >= minimum:
             return value
         time.sleep(0.05)
-    raise AssertionError(f"no progress to {minimum} events in {timeout}s:\n{proc.log_tail()}")
+    raise AssertionError(f"no progress to {minimum} events in {timeout}s ({proc.log}):\n{proc.log_tail(60)}")
+
+
+def wait_assigned(proc: ConsumerProcess, timeout: float = 60.0) -> None:
+    """Wait until the child's log says it was assigned partitions (a group member, rebalanced in)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if not proc.alive():
+            raise AssertionError(f"consumer died:\n{proc.log_tail()}")
+        if " assigned [(" in proc.log_tail(200):
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"not assigned in {timeout}s ({proc.log}):\n{proc.log_tail(60)}")

@@ -15,7 +15,7 @@ from producers.publisher import EventPublisher
 from schemas import EventEnvelope, SingleObjectCodec
 from tests.conftest import wait_until
 from tests.consumers.builders import interleaved
-from tests.consumers.procs import ConsumerProcess, wait_progress
+from tests.consumers.procs import ConsumerProcess, wait_assigned, wait_progress
 from tests.consumers.verify import assert_index_exact, assert_stats_exact, assert_views_exact, scalar
 
 pytestmark = [pytest.mark.kafka, pytest.mark.chaos]
@@ -60,6 +60,7 @@ def wait_complete(url: str, total: int, procs: list[ConsumerProcess], timeout: f
 def run_with_kills(
     make_settings: Callable[..., Settings], tmp_path: Path, total: int, kills: int, seed: int
 ) -> None:
+    """Each phase: start a consumer, let a slice of the events flow, SIGKILL it at a random point."""
     rng = random.Random(seed)
     url = f"sqlite:///{tmp_path / 'store.db'}"
     settings = make_settings(store_url=url)
@@ -67,23 +68,28 @@ def run_with_kills(
 
     apply_topics(settings)
     events = interleaved(total // 100, 100)
-    publisher = publish_slowly(settings, events, chunks=10)
+    size = -(-len(events) // (kills + 1))
     procs: list[ConsumerProcess] = []
+    publisher: threading.Thread | None = None
     try:
         for i in range(kills):
             proc = ConsumerProcess(settings, CONSUMERS, tmp_path / f"consumer-{i}.log").start()
             procs.append(proc)
+            publisher = publish_slowly(settings, events[i * size : (i + 1) * size], chunks=8)
             wait_progress(proc, 1, timeout=60)
-            time.sleep(rng.uniform(0.05, 1.5))  # a random point inside the stream of batches
+            time.sleep(rng.uniform(0.05, 1.5))  # a random point while events flow
             proc.kill()
+            publisher.join(120)
         final = ConsumerProcess(settings, CONSUMERS, tmp_path / "consumer-final.log").start()
         procs.append(final)
+        publisher = publish_slowly(settings, events[kills * size :], chunks=8)
         publisher.join(120)
         wait_complete(url, len(events), [final], timeout=120)
         assert_all_exact(url, events)
         assert final.terminate() == 0, final.log_tail()
     finally:
-        publisher.join(120)
+        if publisher is not None:
+            publisher.join(120)
         for proc in procs:
             proc.stop()
 
@@ -108,13 +114,13 @@ def test_rebalance_between_two_consumers_stores_each_event_once(
 
     apply_topics(settings)
     events = interleaved(200, 100)
-    publisher = publish_slowly(settings, events, chunks=20)
+    publisher = publish_slowly(settings, events, chunks=40)
     a = ConsumerProcess(settings, CONSUMERS, tmp_path / "a.log").start()
     b = ConsumerProcess(settings, CONSUMERS, tmp_path / "b.log")
     try:
         wait_progress(a, 1000)
         b.start()
-        wait_progress(b, 1)  # B got partitions: the group rebalanced mid-stream
+        wait_assigned(b)  # B got partitions: the group rebalanced mid-stream
         assert a.terminate() == 0, a.log_tail()  # A leaves: B takes every partition
         publisher.join(120)
         wait_complete(url, len(events), [b], timeout=120)

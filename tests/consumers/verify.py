@@ -10,15 +10,6 @@ from consumers.store import open_engine
 from schemas import EventEnvelope
 
 
-def table_exists(url: str, table: str) -> bool:
-    """True when the store has this table."""
-    engine = open_engine(url, writer=False)
-    try:
-        return sa.inspect(engine).has_table(table)
-    finally:
-        engine.dispose()
-
-
 def scalar(url: str, sql: str) -> object:
     """One value from the store (None when the table is not there yet)."""
     engine = open_engine(url, writer=False)

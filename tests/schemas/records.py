@@ -41,6 +41,7 @@ def strategy_for(annotation: Any) -> st.SearchStrategy[Any]:
     simple: dict[Any, st.SearchStrategy[Any]] = {
         str: texts,
         bool: st.booleans(),
+        bytes: st.binary(max_size=40),
         int: st.integers(AVRO_LONG_MIN, AVRO_LONG_MAX),
         float: st.floats(allow_nan=False, allow_infinity=False),
         AwareDatetime: timestamps,

@@ -1,0 +1,112 @@
+"""`convdb runner`: a fleet runner service (one member of the `<namespace>.runner` group).
+
+Start as many as needed; partitions of the inbox move between them with no operator action.
+Each prints JSON status lines (assigned, takeover, fenced, ...) and stops on SIGTERM.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+import uuid
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from infra.cli._common import UsageError, load_settings, require_broker
+from infra.procs import spawn, stop_group
+from infra.reader import read_topic
+from infra.settings import Settings
+from producers.publisher import EventPublisher
+from producers.status import STOP_STATUSES
+from schemas import Codec, InboxMessage, StateUpdateEvent, make_codec
+from schemas.topics import EVENTS, INBOX
+
+if TYPE_CHECKING:
+    from infra.cli.demo import DemoParts
+
+
+def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    """Add the `runner` command."""
+    p = sub.add_parser(
+        "runner", help="run a fleet runner: owns inbox partitions and runs their conversations"
+    )
+    p.add_argument(
+        "--workspace", type=Path, help="folder the file tools work in (default: <data dir>/workspace)"
+    )
+    p.add_argument("--tracker-url", metavar="URL", help="issue-tracker provider for create_issue/notify")
+    p.add_argument("--model", help="litellm model (default: settings)")
+    p.add_argument(
+        "--idle-exit", type=float, default=0.0, metavar="S", help="exit after S idle seconds (default: never)"
+    )
+    p.set_defaults(func=_runner)
+
+
+def _runner(args: argparse.Namespace) -> int:
+    from producers.fleet.__main__ import build_context, serve
+
+    if args.idle_exit < 0:
+        raise UsageError("--idle-exit must be >= 0")
+    settings = require_broker(load_settings())
+    workspace = args.workspace or settings.data_dir / "workspace"
+    workspace.mkdir(parents=True, exist_ok=True)
+    return serve(build_context(settings, workspace, args.tracker_url, args.model), args.idle_exit)
+
+
+def run_fleet_demo(settings: Settings, count: int, tracker_url: str, runners: int) -> DemoParts:
+    """The demo's conversations sent through the inbox and run by `runners` fleet runner processes."""
+    from infra.cli import demo
+
+    started = time.monotonic()
+    workspace = settings.data_dir.resolve() / "demo" / datetime.now(UTC).strftime("%Y%m%dT%H%M%S")
+    workspace.mkdir(parents=True, exist_ok=True)
+    codec = make_codec(settings.schema_registry_url)
+    publisher = EventPublisher(settings, codec)
+    ids = [f"demo-{uuid.uuid4().hex[:12]}" for _ in range(count)]
+    for index, cid in enumerate(ids, 1):
+        (workspace / f"notes-{index}.txt").write_text(
+            f"Notes {index}: the deploy of service {index} went fine."
+        )
+        inbox = InboxMessage(
+            id=str(uuid.uuid4()), conversation_id=cid, tenant_id="demo",
+            timestamp=datetime.now(UTC), command="message", content=demo.task(index),
+        )  # fmt: skip
+        publisher.publish(inbox, INBOX)
+    publisher.flush()
+    argv = [
+        sys.executable,
+        "-m",
+        "producers.fleet",
+        "--workspace",
+        str(workspace),
+        "--tracker-url",
+        tracker_url,
+    ]
+    logs = settings.data_dir.resolve() / "demo-runners"
+    procs = [spawn(argv, logs / f"runner-{i}.log", settings.to_env()) for i in range(runners)]
+    try:
+        statuses = _wait_until_stopped(settings, codec, set(ids), started + 180)
+    finally:
+        for proc in procs:
+            stop_group(proc.pid, timeout=10.0)
+    parts = demo.DemoParts(settings, ids, statuses)
+    parts.events, parts.ledger = demo._read_back(settings, codec, set(ids))  # noqa: SLF001
+    parts.seconds = time.monotonic() - started
+    return parts
+
+
+def _wait_until_stopped(settings: Settings, codec: Codec, ids: set[str], deadline: float) -> dict[str, str]:
+    """Each conversation's latest execution status once all reached a stop status (or the deadline)."""
+    statuses: dict[str, str] = {}
+    while True:
+        for msg in read_topic(settings, EVENTS.name(settings.namespace)):
+            if (msg.key() or b"").decode() in ids:
+                event = codec.decode(msg.value(), expect=EVENTS.value_types)
+                if isinstance(event, StateUpdateEvent):
+                    statuses[event.conversation_id] = event.execution_status
+        if len(statuses) == len(ids) and all(s in STOP_STATUSES for s in statuses.values()):
+            return statuses
+        if time.monotonic() > deadline:
+            return {cid: statuses.get(cid, "idle") for cid in ids}
+        time.sleep(0.5)

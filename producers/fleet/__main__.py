@@ -1,0 +1,79 @@
+"""`python -m producers.fleet`: one fleet runner process until SIGTERM (or idle).
+
+Settings come from `CONVDB_*`. Prints JSON status lines (assigned, takeover, fenced, ...) on stdout.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import signal
+import sys
+import time
+from pathlib import Path
+
+from infra.settings import Settings
+from producers.fleet.owner import FleetContext
+from producers.fleet.runner import FleetRunner, StopPoints
+from producers.fleet.store import SnapshotStore
+from producers.runner import build_runtime
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    """Command-line arguments."""
+    p = argparse.ArgumentParser(prog="python -m producers.fleet")
+    p.add_argument("--workspace", type=Path, default=Path("workspace"))
+    p.add_argument("--tracker-url", help="issue-tracker provider base URL")
+    p.add_argument("--model", help="litellm model (default: settings)")
+    p.add_argument(
+        "--idle-exit", type=float, default=0.0, help="exit after this many idle seconds (0: never)"
+    )
+    return p.parse_args(argv)
+
+
+def build_context(
+    settings: Settings, workspace: Path, tracker_url: str | None, model: str | None
+) -> FleetContext:
+    """The runtime, fault hooks and local snapshot store of one runner."""
+    runtime, _ = build_runtime(settings, workspace=workspace, tracker_url=tracker_url, model=model)
+    runtime.crash = StopPoints(settings.crash_at, settings.crash_tool, settings.crash_signal)
+    store = SnapshotStore(settings.data_dir / "fleet" / f"{settings.namespace}.sqlite")
+    return FleetContext(settings, runtime, store)
+
+
+def serve(ctx: FleetContext, idle_exit: float = 0.0) -> int:
+    """Serve until SIGTERM/SIGINT or `idle_exit` seconds without an inbox record."""
+    stopping = False
+
+    def on_term(*_: object) -> None:
+        nonlocal stopping
+        stopping = True
+
+    signal.signal(signal.SIGTERM, on_term)
+    signal.signal(signal.SIGINT, on_term)
+    last = [time.monotonic(), 0]
+
+    def stop(runner: FleetRunner) -> bool:
+        if runner.handled != last[1]:
+            last[:] = [time.monotonic(), runner.handled]
+        return stopping or bool(idle_exit and time.monotonic() - last[0] > idle_exit)
+
+    runner = FleetRunner(ctx)
+    runner.emit("started", group=ctx.settings.group("runner"))
+    runner.serve(stop)
+    runner.emit("stopped", handled=runner.handled)
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point; returns the exit code."""
+    args = parse_args(argv)
+    logging.basicConfig(
+        level=logging.WARNING, stream=sys.stderr, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    settings = Settings()
+    return serve(build_context(settings, args.workspace, args.tracker_url, args.model), args.idle_exit)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

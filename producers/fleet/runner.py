@@ -1,0 +1,208 @@
+"""The fleet runner: one member of the `<namespace>.runner` group over the inbox topic.
+
+It owns the conversations of its assigned inbox partitions (the events/effects/state partitions
+with the same number: every topic is keyed by conversation_id and co-partitioned). On assignment
+it fences the partition's previous writer, restores, and resumes interrupted runs; a fenced
+writer drops the partition and never writes for it again.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import signal
+import sys
+import time
+from collections.abc import Callable
+from typing import Any, TextIO
+
+from confluent_kafka import Consumer, KafkaError, Message, TopicPartition
+
+from infra.kafka import make_consumer
+from producers.crashpoints import CrashPoints
+from producers.errors import FencedError, PublishError
+from producers.fleet import commands
+from producers.fleet.owner import FleetContext, PartitionOwner
+from schemas import InboxMessage
+from schemas.errors import SchemaError
+from schemas.topics import DLQ, INBOX
+
+logger = logging.getLogger(__name__)
+
+
+class StopPoints(CrashPoints):
+    """Crash points that send a configurable signal, once (SIGSTOP makes a zombie for fencing tests)."""
+
+    def __init__(self, point: str | None = None, tool: str | None = None, signame: str = "SIGKILL") -> None:
+        super().__init__(point, tool)
+        self.signum = signal.Signals[signame]
+        self.fired = False
+
+    def hit(self, point: str, tool: str | None = None) -> None:
+        """Signal ourselves the first time the armed point is reached."""
+        if self.signum == signal.SIGKILL:
+            super().hit(point, tool)
+            return
+        if self.fired or self.point != point or (self.tool is not None and tool != self.tool):
+            return
+        self.fired = True
+        logger.warning("crash point %s reached (tool %s): %s", point, tool, self.signum.name)
+        os.kill(os.getpid(), self.signum)
+
+
+class FleetRunner:
+    """Consumes the inbox, owns partitions, and writes each through its fenced transactional id."""
+
+    def __init__(self, ctx: FleetContext, out: TextIO | None = None) -> None:
+        self.ctx = ctx
+        self.settings = ctx.settings
+        self.out = out or sys.stdout
+        self.inbox = INBOX.name(self.settings.namespace)
+        self.consumer: Consumer = make_consumer(self.settings, self.settings.group("runner"))
+        self.owners: dict[int, PartitionOwner] = {}
+        self._revoked: dict[int, PartitionOwner] = {}
+        self._takeover: list[int] = []
+        self.handled = 0
+
+    def emit(self, event: str, **fields: Any) -> None:
+        """One JSON status line on stdout (what tests and operators watch)."""
+        print(
+            json.dumps({"event": event, "at": time.time(), "pid": os.getpid(), **fields}),
+            file=self.out,
+            flush=True,
+        )
+
+    # -- rebalance callbacks -------------------------------------------------------------------
+    def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        wanted = sorted(tp.partition for tp in partitions)
+        for p in [p for p in self._revoked if p not in wanted]:
+            self._revoked.pop(p).close()
+        reports = []
+        for p in wanted:
+            owner = self._revoked.pop(p, None)
+            if owner is None:
+                owner = PartitionOwner(self.ctx, p, consumer)
+                reports.append(owner.restore())
+            self.owners[p] = owner
+            self._takeover.append(p)
+        self.emit("assigned", partitions=wanted, restored=reports)
+
+    def _on_revoke(self, _consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        # Eager rebalance: nobody else can own these before our next assignment, so the writers are
+        # kept (no re-init, no restore) in case the partitions come back.
+        for tp in partitions:
+            owner = self.owners.pop(tp.partition, None)
+            if owner is not None:
+                self._revoked[tp.partition] = owner
+        self.emit("revoked", partitions=sorted(tp.partition for tp in partitions))
+
+    def _on_lost(self, _consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        for tp in partitions:
+            owner = self.owners.pop(tp.partition, None)
+            if owner is not None:
+                owner.close()
+        self.emit("lost", partitions=sorted(tp.partition for tp in partitions))
+
+    # -- the loop ------------------------------------------------------------------------------------
+    def serve(self, stop: Callable[[FleetRunner], bool], poll_timeout: float = 0.2) -> None:
+        """Run until `stop(self)` is true (checked between records)."""
+        self.consumer.subscribe(
+            [self.inbox], on_assign=self._on_assign, on_revoke=self._on_revoke, on_lost=self._on_lost
+        )
+        try:
+            while not stop(self):
+                self._take_over()
+                msg = self.consumer.poll(poll_timeout)
+                if msg is None:
+                    continue
+                if msg.error() is not None:
+                    self._transport_error(msg)
+                    continue
+                self._guarded(msg.partition(), lambda m=msg: self.handle(m))
+        finally:
+            self.consumer.close()
+            for owner in [*self.owners.values(), *self._revoked.values()]:
+                owner.close()
+
+    def _take_over(self) -> None:
+        while self._takeover:
+            p = self._takeover.pop(0)
+            owner = self.owners.get(p)
+            if owner is None:
+                continue
+            convs = owner.interrupted()
+            self.emit("takeover", partition=p, conversations=[c.conversation_id for c in convs])
+            for conv in convs:
+                if self._guarded(p, conv.resume if conv.unobserved_actions() else conv.run) is False:
+                    break
+
+    def _guarded(self, partition: int, work: Callable[[], object]) -> bool:
+        """Run work for a partition; on fencing drop it, on other publish errors rebuild it."""
+        owner = self.owners.get(partition)
+        if owner is None:
+            return False
+        try:
+            work()
+            return True
+        except FencedError as exc:
+            logger.error(
+                "FENCED: partition %d (transactional.id %s) now belongs to a newer runner; dropping its "
+                "%d conversation(s) and writing nothing more for it: %s",
+                partition,
+                owner.transactional_id,
+                len(owner.conversations),
+                exc,
+            )
+            self.emit("fenced", partition=partition, transactional_id=owner.transactional_id)
+            self.owners.pop(partition, None)
+            owner.close()
+            self.consumer.pause([TopicPartition(self.inbox, partition)])
+        except PublishError as exc:
+            logger.error("partition %d: write failed, restoring it from the log: %s", partition, exc)
+            self._rebuild(partition)
+        return False
+
+    def _rebuild(self, partition: int) -> None:
+        self.owners.pop(partition).close()
+        owner = PartitionOwner(self.ctx, partition, self.consumer)
+        self.emit("restored", **owner.restore())
+        self.owners[partition] = owner
+        committed = self.consumer.committed([TopicPartition(self.inbox, partition)], timeout=30)
+        self.consumer.seek(TopicPartition(self.inbox, partition, max(committed[0].offset, 0)))
+        self._takeover.append(partition)
+
+    def handle(self, msg: Message) -> None:
+        """Apply one inbox record; its offset commits with the first transaction it causes."""
+        owner = self.owners[msg.partition()]
+        try:
+            inbox: InboxMessage = self.ctx.codec.decode(msg.value(), expect=(InboxMessage,))  # type: ignore[assignment]
+        except SchemaError as exc:
+            self._dead_letter(owner, msg, exc)
+            return
+        conv = owner.conversations.get(inbox.conversation_id) or owner.create(
+            inbox.conversation_id, inbox.tenant_id
+        )
+        conv.inbox_offset = msg.offset() + 1
+        owner.sink.attach_offset(msg.offset() + 1, inbox.id if inbox.command == "message" else None)
+        commands.apply(conv, inbox, self.ctx.runtime.crash)
+        owner.sink.commit_offset()
+        self.handled += 1
+
+    def _dead_letter(self, owner: PartitionOwner, msg: Message, exc: SchemaError) -> None:
+        logger.error(
+            "%s[%d]@%d: poison inbox record to the DLQ: %s", msg.topic(), msg.partition(), msg.offset(), exc
+        )
+        headers = [
+            ("convdb.error", f"{type(exc).__name__}: {exc}".encode()),
+            ("convdb.origin", f"{msg.topic()}[{msg.partition()}]@{msg.offset()}".encode()),
+        ]
+        owner.sink.attach_offset(msg.offset() + 1)
+        key = (msg.key() or b"").decode(errors="replace")
+        owner.sink.dead_letter(DLQ.name(self.settings.namespace), key, msg.value() or b"", headers)
+
+    def _transport_error(self, msg: Message) -> None:
+        err = msg.error()
+        if err.code() == KafkaError._PARTITION_EOF or err.retriable():
+            return
+        logger.error("inbox consumer error: %s", err.str())

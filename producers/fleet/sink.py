@@ -1,0 +1,84 @@
+"""The partition's writer: every group of records is one transaction under the partition's id.
+
+The inbox offset of the message being handled rides in the transaction that appends its
+MessageEvent (or in the first transaction, for other commands), so the message is appended
+exactly once: either both are committed or neither is.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from confluent_kafka import Consumer, KafkaException, TopicPartition
+
+from producers.publisher import Delivery, TransactionalPublisher, _txn_error
+from schemas import AvroModel, EventEnvelope
+from schemas.topics import Topic
+
+
+class PartitionSink:
+    """A `RecordSink` writing transactionally; attaches pending inbox offsets to its transactions."""
+
+    def __init__(
+        self, publisher: TransactionalPublisher, consumer: Consumer | None, inbox_topic: str, partition: int
+    ) -> None:
+        self.publisher = publisher
+        self.consumer = consumer
+        self.inbox_topic = inbox_topic
+        self.partition = partition
+        self.last_deliveries: list[Delivery] = []
+        self._offset: int | None = None
+        self._event_id: str | None = None
+
+    def attach_offset(self, next_offset: int, event_id: str | None = None) -> None:
+        """Commit the inbox position `next_offset` with the next transaction (holding `event_id`)."""
+        self._offset, self._event_id = next_offset, event_id
+
+    @property
+    def offset_pending(self) -> bool:
+        """True while an attached inbox offset is not committed yet."""
+        return self._offset is not None
+
+    def _offsets_for(self, records: Sequence[tuple[Topic, AvroModel]]) -> list[TopicPartition] | None:
+        if self._offset is None or self.consumer is None:
+            return None
+        if self._event_id is not None and not any(
+            isinstance(r, EventEnvelope) and r.id == self._event_id for _, r in records
+        ):
+            return None
+        return [TopicPartition(self.inbox_topic, self.partition, self._offset)]
+
+    def write(self, records: Sequence[tuple[Topic, AvroModel]]) -> list[Delivery]:
+        """One transaction; raises `FencedError` when a newer runner owns the partition."""
+        offsets = self._offsets_for(records)
+        metadata = self.consumer.consumer_group_metadata() if offsets else None
+        deliveries = self.publisher.publish_atomic(list(records), offsets, metadata)
+        if offsets:
+            self._offset = self._event_id = None
+        self.last_deliveries = deliveries
+        return deliveries
+
+    def commit_offset(self) -> None:
+        """Commit a still-pending inbox offset on its own (the command wrote nothing)."""
+        if self._offset is None or self.consumer is None:
+            return
+        self._event_id = None
+        self.write([])
+
+    def dead_letter(self, topic: str, key: str, value: bytes, headers: list[tuple[str, bytes]]) -> None:
+        """Write a poison record to the DLQ together with the pending inbox offset."""
+        producer = self.publisher.producer
+        offsets = self._offsets_for([]) if self._event_id is None else None
+        try:
+            producer.begin_transaction()
+            self.publisher.produce_raw(topic, key, value, headers)
+            if offsets and self.consumer is not None:
+                producer.send_offsets_to_transaction(offsets, self.consumer.consumer_group_metadata(), 30)
+            producer.commit_transaction(30)
+        except KafkaException as exc:
+            if exc.args[0].txn_requires_abort():
+                producer.abort_transaction(30)
+            raise _txn_error(self.publisher.transactional_id, "dead-letter commit", exc) from exc
+        finally:
+            self.publisher._pending.clear()  # noqa: SLF001 - delivered (or aborted) with the commit
+        self._offset = None

@@ -1,0 +1,84 @@
+"""Snapshot contents: the base state plus the view, and the view rebuilt from a snapshot.
+
+The view is stored as the active branch the agent reads (condensations applied) plus the path
+from the last condensation on it to the active leaf, so a restore costs O(|view| + tail), not
+O(conversation length). Events off that path (older branches, condensed-away history) are not
+stored: a tail event that needs one (a branch switch into the past) makes the restore refold the
+conversation from its first event instead.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from immutables import Map
+from pyrsistent import pvector
+
+from projections.view import ViewState
+from schemas import Codec, CondensationEvent, Event, ForkEvent, Snapshot
+
+if TYPE_CHECKING:
+    from producers.fleet.conversation import FleetConversation
+
+MAX_VIEW_BYTES = 512 * 1024
+"""Above this the view is left out of the snapshot (records stay under librdkafka's 1 MB limit)."""
+
+
+def view_fields(state: ViewState, codec: Codec, max_bytes: int = MAX_VIEW_BYTES) -> dict[str, object]:
+    """The Snapshot v2 view fields of `state` (view_complete false when it does not fit)."""
+    visible = state.visible.tolist()
+    path = state.path.tolist()
+    last = max((i for i, e in enumerate(path) if isinstance(e, CondensationEvent)), default=None)
+    suffix = path[last:] if last is not None else []
+    visible_ids = {e.id for e in visible}
+    view_events: list[bytes] = []
+    size = 0
+    for event in (*visible, *(e for e in suffix if e.id not in visible_ids)):
+        data = codec.encode(event)
+        size += len(data)
+        if size > max_bytes:
+            return {"view_complete": False}
+        view_events.append(data)
+    return {
+        "view_complete": True,
+        "view_events": tuple(view_events[: len(visible)]),
+        "path_ids": tuple(e.id for e in suffix),
+        "path_events": tuple(view_events[len(visible) :]),
+    }
+
+
+def view_from_snapshot(snapshot: Snapshot, codec: Codec) -> ViewState:
+    """The view a `view_complete` snapshot describes (events off the stored path are absent)."""
+    visible: list[Event] = [codec.decode(b) for b in snapshot.view_events]  # type: ignore[misc]
+    extra: list[Event] = [codec.decode(b) for b in snapshot.path_events]  # type: ignore[misc]
+    by_id = {e.id: e for e in (*visible, *extra)}
+    visible_vector = pvector(visible)
+    if snapshot.path_ids:
+        path = pvector(by_id[i] for i in snapshot.path_ids)
+    else:
+        path = visible_vector  # no condensation on the branch: the branch is the path (shared)
+    log = sorted(by_id.values(), key=lambda e: e.seq)
+    return ViewState(
+        conversation_id=snapshot.conversation_id,
+        tenant_id=snapshot.tenant_id,
+        last_seq=snapshot.last_seq,
+        events=Map(by_id),
+        log=pvector(log),
+        active_leaf=snapshot.active_leaf_id,
+        path=path,
+        visible=visible_vector,
+        condensations=pvector(e.id for e in log if isinstance(e, CondensationEvent)),
+        forks=pvector(e for e in log if isinstance(e, ForkEvent)),
+    )
+
+
+def build_snapshot(conv: FleetConversation, base: Snapshot, codec: Codec, **positions: int) -> Snapshot:
+    """`base` (the v1 fields) completed with the view, offsets and cost of a fleet conversation."""
+    return base.model_copy(
+        update={
+            **view_fields(conv.state, codec),
+            "first_events_offset": conv.first_events_offset,
+            "total_cost": conv.total_cost(),
+            **positions,
+        }
+    )
