@@ -21,11 +21,8 @@ from typing import Any
 from bench.common import BenchContext, Figures
 from bench.report import markdown, table
 
-BENCHMARKS: tuple[str, ...] = ("publish", "codec", "search", "sink")
-"""Registered benchmarks: each is a module `bench.<name>` with `FIGURES` and `run(ctx) -> Figures`.
-
-Not yet here (their code is not in the tree yet): e2e latency, replay, resume, step overhead.
-"""
+BENCHMARKS: tuple[str, ...] = ("publish", "codec", "search", "sink", "e2e", "replay", "resume", "step")
+"""Registered benchmarks: each is a module `bench.<name>` with `FIGURES` and `run(ctx) -> Figures`."""
 
 RESULTS = Path(__file__).resolve().parent / "RESULTS.md"
 logger = logging.getLogger("bench")

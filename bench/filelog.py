@@ -10,9 +10,12 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 from schemas import EventEnvelope
+
+T = TypeVar("T")
 
 
 def write_log(root: Path, events: list[EventEnvelope]) -> Path:
@@ -35,3 +38,15 @@ def search_log(root: Path, kinds: tuple[str, ...], limit: int = 50, page: int = 
             found.append(event)
     found.sort(key=lambda e: (e["timestamp"], e["id"]))
     return found[page * limit : (page + 1) * limit]
+
+
+def load_log(root: Path, validate: Callable[[Any], T]) -> list[T]:
+    """Every event of a conversation, as a resume needs them: list, load, validate each, order by seq."""
+    events = []
+    for name in os.listdir(root):
+        if not name.endswith(".json"):
+            continue
+        with open(root / name, encoding="utf-8") as handle:
+            events.append(json.load(handle))
+    events.sort(key=lambda e: e["seq"])
+    return [validate(e) for e in events]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import logging
 import signal
+import threading
 from types import FrameType
 
 from consumers import plugins
@@ -41,6 +42,11 @@ def _consume(args: argparse.Namespace) -> int:
         projectors = plugins.load_many(args.names, settings)
     except PluginError as exc:
         raise UsageError(str(exc)) from exc
+    services = [p for p in projectors if not hasattr(p, "apply")]
+    if services:
+        if len(projectors) > 1:
+            raise UsageError(f"{services[0].name} is a service with its own loop: run it alone")
+        return _serve(services[0])
     name = args.names[0] if len(args.names) == 1 else "+".join(sorted(p.name for p in projectors))
     runner = Runner(settings, projectors, name=name, batch_size=args.batch_size)
     server = None
@@ -59,4 +65,13 @@ def _consume(args: argparse.Namespace) -> int:
     finally:
         if server is not None:
             server.stop()
+    return 0
+
+
+def _serve(service: object) -> int:
+    """Run a consumer that has its own loop (`run(stop)`, e.g. the archive) until SIGTERM."""
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
+    service.run(stop)  # type: ignore[attr-defined]
     return 0

@@ -18,6 +18,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from infra.cli._common import load_settings, positive
+from infra.cli._demo_read import archive_proof, demo_settings, read_through_api, services
 from infra.cli.run import broker_for
 from infra.reader import read_topic
 from infra.settings import Settings
@@ -28,6 +29,9 @@ from producers.runner import build_runtime
 from producers.status import STOP_STATUSES
 from schemas import Codec, Event, InboxMessage, LedgerRecord
 from schemas.topics import EFFECTS, EVENTS, INBOX
+
+DEMO_TENANT = "demo"
+"""Tenant of the demo's conversations (its API key is `demo-key`)."""
 
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -54,6 +58,8 @@ class DemoParts:
     provider_stats: dict[str, Any] = field(default_factory=dict)
     seconds: float = 0.0
     step_overhead_ms: float = 0.0
+    read_side: dict[str, Any] = field(default_factory=dict)
+    archive: dict[str, Any] = field(default_factory=dict)
 
 
 def task(index: int) -> str:
@@ -80,27 +86,13 @@ def _effects_section(parts: DemoParts) -> dict[str, Any]:
     return {"effects": dict(sorted(Counter(op.status for op in ops.values()).items()))}
 
 
-def _reconciler_section(parts: DemoParts) -> dict[str, Any]:
-    # The fold the reconciler and the effects projection share (projections/effects.py): every
-    # status listed, and the queue of unknowns a human must decide.
-    from projections import effects
-
-    states: dict[str, effects.OperationState] = {}
-    for record in parts.ledger:
-        states[record.operation_id] = effects.fold(
-            states.get(record.operation_id) or effects.initial(record.operation_id), record
-        )
-    counts = Counter(s.status.value for s in states.values() if s.status is not None)
-    by_status = {status.value: counts.get(status.value, 0) for status in effects.OperationStatus}
-    return {"effects_by_status": by_status, "unknowns": by_status["unknown"]}
-
-
 SUMMARY_SECTIONS: list[Callable[[DemoParts], dict[str, Any]]] = [
     lambda p: {"conversations": len(p.conversation_ids), "statuses": dict(Counter(p.statuses.values()))},
     _events_section,
     _effects_section,
-    _reconciler_section,
     lambda p: {"provider_mutations": p.provider_stats.get("mutations", 0)},
+    lambda p: p.read_side,
+    lambda p: p.archive,
     lambda p: {"seconds": round(p.seconds, 2), "step_overhead_ms": round(p.step_overhead_ms, 3)},
 ]
 """Sections of the summary, in order; append one to add keys."""
@@ -128,7 +120,7 @@ def run_conversations(settings: Settings, count: int, tracker_url: str) -> DemoP
         inbox = InboxMessage(
             id=str(uuid.uuid4()),
             conversation_id=conversation_id,
-            tenant_id="demo",
+            tenant_id=DEMO_TENANT,
             timestamp=datetime.now(UTC),
             command="message",
             content=task(index),
@@ -170,8 +162,10 @@ def _read_back(settings: Settings, codec: Codec, ids: set[str]) -> tuple[list[An
 def _demo(args: argparse.Namespace) -> int:
     settings = load_settings()
     with broker_for(settings, with_s3=True) as live:
-        log = live.data_dir.resolve() / "demo-provider.log"
-        with ProviderProcess(log) as provider:
+        run_dir = live.data_dir.resolve() / "demo" / datetime.now(UTC).strftime("%Y%m%dT%H%M%S%f")
+        run_dir.mkdir(parents=True, exist_ok=True)
+        live = demo_settings(live, run_dir, DEMO_TENANT)
+        with ProviderProcess(run_dir / "provider.log") as provider, services(live, run_dir):
             if args.runners > 1:
                 from infra.cli.runner import run_fleet_demo
 
@@ -179,12 +173,22 @@ def _demo(args: argparse.Namespace) -> int:
             else:
                 parts = run_conversations(live, args.conversations, provider.url)
             parts.provider_stats = provider.get("/stats")
+            parts.read_side = read_through_api(live, _last_seqs(parts))
+            if live.archive_url:
+                parts.archive = archive_proof(live, parts.conversation_ids[0])
     summary = build_summary(parts)
     if args.json:
         print(json.dumps(summary))
     else:
         _print_table(summary)
     return 0 if all(s == "finished" for s in parts.statuses.values()) else 1
+
+
+def _last_seqs(parts: DemoParts) -> dict[str, int]:
+    last: dict[str, int] = dict.fromkeys(parts.conversation_ids, 0)
+    for event in parts.events:
+        last[event.conversation_id] = max(last[event.conversation_id], event.seq)
+    return last
 
 
 def _print_table(summary: dict[str, Any]) -> None:

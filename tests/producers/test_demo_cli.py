@@ -31,6 +31,13 @@ def test_demo_json_on_the_test_broker(settings: Settings, tmp_path: Path) -> Non
     assert summary["effects"] == {"confirmed": 6}  # write_file + create_issue per conversation
     assert summary["provider_mutations"] == 3
     assert summary["events"] == 42 and summary["events_by_kind"]["llm_usage"] == 9
+    # read back through the query API from the read-side consumer process
+    assert sorted(summary["titles"].values())[0].startswith("Summarise notes-1.txt")
+    assert set(summary["view_length"].values()) == {14}
+    assert {s["llm_calls"] for s in summary["stats"].values()} == {3}
+    assert summary["effects_by_status"]["confirmed"] == 6 and summary["unknowns"] == 0
+    states = summary["conversation_states"].values()
+    assert all(s["agent_says_done"] and s["run_loop_stopped"] and s["effects_all_confirmed"] for s in states)
 
 
 def test_run_prints_the_events_and_bad_input_exits_2(settings: Settings, tmp_path: Path) -> None:
@@ -47,4 +54,6 @@ def test_demo_on_the_embedded_default(tmp_path: Path) -> None:
     env = {**_base_env(), "CONVDB_DATA_DIR": str(tmp_path / "data")}
     done = convdb(["demo", "--json"], env, tmp_path, timeout=180)
     assert done.returncode == 0, done.stderr[-3000:]
-    assert json.loads(done.stdout)["statuses"] == {"finished": 3}
+    summary = json.loads(done.stdout)
+    assert summary["statuses"] == {"finished": 3}
+    assert summary["archive_objects"] > 0 and summary["archive_export_equals_kafka"] is True

@@ -110,7 +110,7 @@ def reconciler_proc(settings: Settings, log: Path) -> Proc:
     return Proc([sys.executable, "-m", "infra.cli.main", "reconcile", "--log-level", "info"], log, env)
 
 
-def wait_worker_ready(worker: Proc, timeout: float = 90.0) -> None:
+def wait_worker_ready(worker: Proc, timeout: float = 120.0) -> None:
     """Wait until the latest start of a faust worker has joined, recovered its table and runs.
 
     faust's own assignor encodes assignments in a form the admin API cannot describe, so the
@@ -122,7 +122,11 @@ def wait_worker_ready(worker: Proc, timeout: float = 90.0) -> None:
             pytest.fail(f"reconciler exited:\n{worker.tail()}")
         return worker.log.read_text(errors="replace").count("[^Worker]: Ready") >= worker.starts
 
-    wait_until(ready, timeout, "the reconciler worker to be ready")
+    try:
+        wait_until(ready, timeout, "the reconciler worker to be ready")
+    except pytest.fail.Exception:
+        print(f"reconciler log ends:\n{worker.tail()}")
+        raise
 
 
 @pytest.fixture(scope="module")

@@ -19,6 +19,7 @@ from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 
+import httpx
 import pytest
 
 from infra.reader import read_topic
@@ -72,61 +73,110 @@ def arm(system: System, rng: random.Random, crashes_left: int, n: int) -> Proc:
     return system.runner("serve", f"runner-{n}")
 
 
+def act_as_human(system: System, convs: set[str], decided: set[str]) -> int:
+    """Approve a retry of every unknown operation in the queue (safe: create_issue is keyed).
+
+    A runner that crashed at the same point on every attempt gives up after a few and asks a
+    human; this is that human, through the API's queue. Returns decisions made.
+    """
+    body = system.api_get("/operations", status="unknown", limit=500).json()
+    made = 0
+    for item in body["operations"]:
+        key = f"{item['operation_id']}@{item['attempt']}"
+        if item["conversation_id"] not in convs or key in decided:
+            continue
+        answer = httpx.post(
+            f"{system.api_url}/operations/{item['operation_id']}/resolve",
+            json={"decision": "retry", "note": "chaos: keyed, a retry cannot duplicate it"},
+            headers={"X-API-Key": "k-acme"},
+            timeout=30,
+        )
+        if answer.status_code == 202:
+            decided.add(key)
+            made += 1
+    return made
+
+
 @pytest.mark.timeout(1500)
 def test_chaos(system: System, request: pytest.FixtureRequest) -> None:
     long = bool(request.config.getoption("--chaos-long"))
     n, reconciler_kills, budget_s = (200, 8, 1200.0) if long else (20, 3, 240.0)
     seed = random.randrange(1 << 30)
-    rng = random.Random(seed)
-    convs = [f"chaos-{i}-{uuid.uuid4().hex[:6]}" for i in range(n)]
-    publish(
-        system.settings,
-        [
-            (
-                INBOX,
-                InboxMessage(
-                    id=str(uuid.uuid4()),
-                    conversation_id=c,
-                    tenant_id="acme",
-                    timestamp=now(),
-                    command="message",
-                    content=task(rng, i),
-                ),
-            )  # fmt: skip
-            for i, c in enumerate(convs)
-        ],
-    )
-    started = time.monotonic()
-    crashes_left, runner_crashes, kills = n // 3 + 2, 0, 0
-    runner = arm(system, rng, crashes_left, 0)
-    finished: dict[str, str] = {}
-    restart_at: float | None = None
+    chaos = Chaos(system, random.Random(seed), [f"chaos-{i}-{uuid.uuid4().hex[:6]}" for i in range(n)])
+    chaos.start()
     try:
-        while time.monotonic() - started < budget_s:
-            finished = {c: s for c, s in statuses(system).items() if c in convs and s == "finished"}
-            if len(finished) == n:
-                break
-            if not runner.alive and restart_at is None:
-                runner_crashes += 1
-                crashes_left -= 1
-                # Half the time the runner stays down past the deadline: the reconciler decides first.
-                restart_at = time.monotonic() + rng.choice((0.0, rng.uniform(3.0, 6.0)))
-            if restart_at is not None and time.monotonic() >= restart_at:
-                runner, restart_at = arm(system, rng, crashes_left, runner_crashes), None
-            if kills < reconciler_kills and rng.random() < 0.15:
-                kills += 1
-                system.reconciler.kill()
-                system.reconciler.start()
-            time.sleep(0.5)  # poll interval, not synchronization: the loop re-checks the log
+        finished = chaos.drive(budget_s, reconciler_kills)
     finally:
-        runner.stop()
-    elapsed = time.monotonic() - started
-    assert len(finished) == n, f"seed {seed}: {n - len(finished)} not finished after {elapsed:.0f}s"
-    figures = settle_and_check(system, convs)
-    figures.update(seed=seed, conversations=n, runner_crashes=runner_crashes, reconciler_kills=kills,
-                   seconds=round(elapsed, 1))  # fmt: skip
+        chaos.runner.stop()
+    elapsed = time.monotonic() - chaos.started
+    assert finished == n, f"seed {seed}: {n - finished} not finished after {elapsed:.0f}s"
+    figures = settle_and_check(system, chaos.convs)
+    figures.update(
+        seed=seed,
+        conversations=n,
+        runner_crashes=chaos.runner_crashes,
+        reconciler_kills=chaos.kills,
+        human_decisions=chaos.human,
+        seconds=round(elapsed, 1),
+    )
     print("CHAOS", json.dumps(figures, sort_keys=True))
     (system.dir / "chaos.json").write_text(json.dumps(figures, sort_keys=True))
+
+
+class Chaos:
+    """Drives conversations through crashing runners and a crashing reconciler."""
+
+    def __init__(self, system: System, rng: random.Random, convs: list[str]) -> None:
+        self.system, self.rng, self.convs, self.wanted = system, rng, convs, set(convs)
+        self.crashes_left, self.runner_crashes, self.kills, self.human = len(convs) // 3 + 2, 0, 0, 0
+        self.decided: set[str] = set()
+        self.restart_at: float | None = None
+        self.started = time.monotonic()
+
+    def start(self) -> None:
+        """Send every task to the inbox and start the first runner."""
+        inbox = [
+            InboxMessage(
+                id=str(uuid.uuid4()),
+                conversation_id=c,
+                tenant_id="acme",
+                timestamp=now(),
+                command="message",
+                content=task(self.rng, i),
+            )  # fmt: skip
+            for i, c in enumerate(self.convs)
+        ]
+        publish(self.system.settings, [(INBOX, m) for m in inbox])
+        self.started = time.monotonic()
+        self.runner = arm(self.system, self.rng, self.crashes_left, 0)
+
+    def drive(self, budget_s: float, reconciler_kills: int) -> int:
+        """Restart what dies, kill the reconciler now and then, answer the human queue; returns finished."""
+        finished = 0
+        while time.monotonic() - self.started < budget_s:
+            last = {c: s for c, s in statuses(self.system).items() if c in self.wanted}
+            finished = sum(1 for s in last.values() if s == "finished")
+            if finished == len(self.convs):
+                break
+            self._restart_runner()
+            if "waiting_for_human" in last.values():
+                self.human += act_as_human(self.system, self.wanted, self.decided)
+            if self.kills < reconciler_kills and self.rng.random() < 0.15:
+                self.kills += 1
+                self.system.reconciler.kill()
+                self.system.reconciler.start()
+            time.sleep(0.5)  # poll interval, not synchronization: the loop re-checks the log
+        return finished
+
+    def _restart_runner(self) -> None:
+        if not self.runner.alive and self.restart_at is None:
+            self.runner_crashes += 1
+            self.crashes_left -= 1
+            # Half the time the runner stays down past the deadline: the reconciler decides first.
+            self.restart_at = time.monotonic() + self.rng.choice((0.0, self.rng.uniform(3.0, 6.0)))
+        if self.restart_at is not None and time.monotonic() >= self.restart_at:
+            self.runner = arm(self.system, self.rng, self.crashes_left, self.runner_crashes)
+            self.restart_at = None
 
 
 def settle_and_check(system: System, convs: list[str]) -> dict[str, object]:
