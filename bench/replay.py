@@ -1,0 +1,159 @@
+"""Replay: rebuild the read side (views + index + stats) of N events from Kafka and from the archive.
+
+The archive is filled by the real archive consumer (`consumers.archive.ArchiveConsumer`, a
+`file://` target: the object layout and Avro container files of S3, without a server's cost).
+Each rebuild plans and runs `consumers.archive.replay` into a fresh SQLite store, with the three
+projectors hosted as one (one decode and one transaction per batch, as `convdb consume all`
+runs them). Timed from the plan to the last commit. Both rebuilds must agree digest for digest.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from bench.common import BenchContext, BenchError, Figures, drop_namespace, median
+from bench.sink import interleaved, present_projectors
+from consumers.archive import ArchiveConsumer
+from consumers.archive.reader import ArchiveReader
+from consumers.archive.replay import open_store, plan_replay, replay
+from consumers.archive.sources import Source, Window
+from consumers.archive.target import open_target
+from consumers.base import ConsumedRecord, Projector
+from consumers.bench import fill_topic
+from consumers.plugins import load
+from infra.settings import Settings
+from schemas import make_codec
+from schemas.topics import EVENTS, Topic
+
+FIGURES = {
+    "replay_kafka_events_per_s": ("replay: rebuild views+index+stats from Kafka", "events/s", ">= 50k"),
+    "replay_archive_events_per_s": (
+        "replay: rebuild views+index+stats from the archive",
+        "events/s",
+        ">= 50k",
+    ),
+}
+
+
+class ReadSide:
+    """Several projectors replayed as one: each record decoded once, one transaction per batch."""
+
+    name = "readside"
+    version = 1
+
+    def __init__(self, parts: Sequence[Projector]) -> None:
+        self.parts = list(parts)
+        topics: list[Topic] = []
+        for part in self.parts:
+            topics += [t for t in part.topics if t not in topics]
+        self.topics = tuple(topics)
+
+    def create(self, connection: Any) -> None:
+        """Create every part's tables."""
+        for part in self.parts:
+            part.create(connection)
+
+    def drop(self, connection: Any) -> None:
+        """Drop every part's tables."""
+        for part in self.parts:
+            part.drop(connection)
+
+    def apply(self, connection: Any, records: Sequence[ConsumedRecord]) -> None:
+        """Fold the batch into every part, in the caller's transaction."""
+        for part in self.parts:
+            part.apply(connection, records)
+
+    def digests(self, connection: Any) -> dict[str, str]:
+        """Every part's per-conversation digests, keyed 'part:conversation'."""
+        return {f"{p.name}:{k}": v for p in self.parts for k, v in p.digests(connection).items()}
+
+
+def run(ctx: BenchContext) -> Figures:
+    """Median events/s of a full rebuild from each source over `ctx.repeats` runs."""
+    count = ctx.pick(20_000, 100_000)
+    settings = ctx.fresh("replay", (EVENTS,))
+    settings = settings.model_copy(
+        update={
+            "archive_url": f"file://{(settings.data_dir / 'archive').resolve()}",
+            "archive": settings.archive.model_copy(
+                update={"topics": ("events",), "max_records": 5000, "max_age_s": 1.0}
+            ),
+        }
+    )
+    try:
+        fill_topic(settings, interleaved(count))
+        fill_archive(settings, count)
+        projector = ReadSide([load(n, settings) for n in present_projectors(ctx)])
+        target, prefix = open_target(settings)
+        reader = ArchiveReader(target, prefix)
+        rates: dict[str, list[float]] = {"kafka": [], "archive": []}
+        digests: dict[str, dict[str, str]] = {}
+        for i in range(ctx.repeats):
+            for source in ("kafka", "archive"):
+                url = f"sqlite:///{settings.data_dir / f'replay-{source}-{i}.db'}"
+                seconds, digests[source] = rebuild(settings, projector, url, source, reader, count)
+                rates[source].append(count / seconds)
+            if digests["kafka"] != digests["archive"]:
+                raise BenchError("replay: the rebuilds from Kafka and from the archive differ")
+        reader.close()
+    finally:
+        drop_namespace(settings)
+    ctx.notes.append(f"replay: {count:,} events over 100 conversations into a fresh SQLite store per run")
+    return {
+        "replay_kafka_events_per_s": median(rates["kafka"]),
+        "replay_archive_events_per_s": median(rates["archive"]),
+    }
+
+
+def fill_archive(settings: Settings, count: int, timeout: float = 120.0) -> None:
+    """Run the archive consumer until it has stored `count` records of the events topic."""
+    archive = ArchiveConsumer(settings)
+    stop = threading.Event()
+    errors: list[BaseException] = []
+
+    def work() -> None:
+        try:
+            archive.run(stop)
+        except Exception as exc:  # noqa: BLE001 - re-raised in the bench thread below
+            errors.append(exc)
+
+    thread = threading.Thread(target=work, name="bench-archive", daemon=True)
+    thread.start()
+    deadline = time.monotonic() + timeout
+    try:
+        while archive.records_archived < count and not errors:
+            if time.monotonic() > deadline:
+                raise BenchError(
+                    f"archive stored {archive.records_archived} of {count} records in {timeout}s"
+                )
+            time.sleep(0.05)
+    finally:
+        stop.set()
+        thread.join(60)
+    if errors:
+        raise BenchError(f"archive consumer failed: {errors[0]}") from errors[0]
+
+
+def rebuild(
+    settings: Settings, projector: ReadSide, url: str, source: Source, reader: ArchiveReader, count: int
+) -> tuple[float, dict[str, str]]:
+    """Seconds of one rebuild (plan + replay) into a fresh store, and the store's digests."""
+    engine = open_store(url)
+    window = Window(from_offset=0)
+    codec = make_codec(settings.schema_registry_url)
+    started = time.perf_counter()
+    segments = plan_replay(settings, projector, window, source, reader if source == "archive" else None)
+    result = replay(settings, projector, engine, segments, window, codec, reader)
+    seconds = time.perf_counter() - started
+    if result.applied != count or result.undecodable or result.rejected:
+        raise BenchError(
+            f"replay from {source}: applied {result.applied} of {count} "
+            f"(undecodable {result.undecodable}, rejected {result.rejected})"
+        )
+    with engine.connect() as conn:
+        digests = projector.digests(conn)
+    engine.dispose()
+    return seconds, digests

@@ -28,19 +28,35 @@ from schemas import CondensationEvent, Event, MessageEvent
 SNAPSHOT_EVERY = 100
 """K: a snapshot after this many uncovered events (the fleet default)."""
 BATCH = 200
-"""Events per writer transaction; each ends with a condensation, as a real condenser keeps the view bounded."""
+"""Events per writer transaction; each ends in a condensation (a real condenser bounds the view)."""
 TAIL = 60
 """Events written after the last snapshot, which a restore must read from the events topic."""
 
 FIGURES = {
     "resume_ms_1k": ("resume 1k-event conversation: fleet snapshot restore (local store)", "ms", "<= 250"),
     "resume_ms_10k": ("resume 10k-event conversation: fleet snapshot restore (local store)", "ms", "<= 250"),
-    "resume_ms_50k": ("resume 50k-event conversation: fleet snapshot restore (local store)", "ms", "<= 250, flat"),
+    "resume_ms_50k": (
+        "resume 50k-event conversation: fleet snapshot restore (local store)",
+        "ms",
+        "<= 250, flat",
+    ),
     "resume_takeover_ms_10k": ("resume 10k incl. the new owner's fencing (init_transactions)", "ms", ""),
-    "resume_changelog_ms_10k": ("resume 10k: snapshot restore from the state topic (empty data dir)", "ms", ""),
+    "resume_changelog_ms_10k": (
+        "resume 10k: snapshot restore from the state topic (empty data dir)",
+        "ms",
+        "",
+    ),
     "resume_full_reread_ms_1k": ("resume 1k: full re-read of the partition (producers/history.py)", "ms", ""),
-    "resume_full_reread_ms_10k": ("resume 10k: full re-read of the partition (producers/history.py)", "ms", ""),
-    "resume_full_reread_ms_50k": ("resume 50k: full re-read of the partition (producers/history.py)", "ms", ""),
+    "resume_full_reread_ms_10k": (
+        "resume 10k: full re-read of the partition (producers/history.py)",
+        "ms",
+        "",
+    ),
+    "resume_full_reread_ms_50k": (
+        "resume 50k: full re-read of the partition (producers/history.py)",
+        "ms",
+        "",
+    ),
     "baseline_resume_ms_1k": ("resume 1k: file-per-event log, list + load + validate", "ms", ""),
     "baseline_resume_ms_10k": ("resume 10k: file-per-event log, list + load + validate", "ms", ""),
     "baseline_resume_ms_50k": ("resume 50k: file-per-event log, list + load + validate", "ms", ""),
@@ -89,7 +105,9 @@ def _one_size(ctx: BenchContext, size: int, label: str) -> Figures:
         figures[f"baseline_resume_ms_{label}"] = median(
             [_baseline_ms(root, len(events)) for _ in range(ctx.repeats)]
         )
-        ctx.notes.append(f"resume {label}: {conv.state.last_seq:,} events written, view {len(conv.state.visible)}")
+        ctx.notes.append(
+            f"resume {label}: {conv.state.last_seq:,} events written, view {len(conv.state.visible)}"
+        )
         fleet.store.close()
         return figures
     finally:
@@ -103,7 +121,9 @@ def write_long_conversation(conv: FleetConversation, total: int) -> None:
         conv.commit(lambda: _batch(conv))
     for _ in range(TAIL // 20):
         conv.commit(
-            lambda: [conv.new(MessageEvent, source="agent", role="assistant", content="tail") for _ in range(20)]
+            lambda: [
+                conv.new(MessageEvent, source="agent", role="assistant", content="tail") for _ in range(20)
+            ]
         )
 
 
@@ -140,9 +160,7 @@ def _check(found: Fingerprint, expected: Fingerprint, how: str) -> None:
         )
 
 
-def _restore_ms(
-    fleet: FleetContext, partition: int, cid: str, expected: Fingerprint
-) -> tuple[float, float]:
+def _restore_ms(fleet: FleetContext, partition: int, cid: str, expected: Fingerprint) -> tuple[float, float]:
     """ms of the restore alone, and of the takeover (fencing the previous owner, then restore)."""
     takeover = time.perf_counter()
     owner = PartitionOwner(fleet, partition, None)

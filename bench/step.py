@@ -110,4 +110,3 @@ def _conversation(runtime: Runtime, tool: Tool, steps: int) -> dict[str, Any]:
         "overhead": stats.overhead_ms / stats.steps,
         "publish": stats.step_publish_ms / stats.steps,
     }
-

@@ -10,7 +10,7 @@ from pydantic import TypeAdapter
 
 from consumers.base import ConsumedRecord
 from projections.errors import ProjectionError
-from schemas.events import Event, EventEnvelope
+from schemas.events import EVENT_TYPES, Event, EventEnvelope
 
 S = TypeVar("S")
 
@@ -49,16 +49,38 @@ def event_from_json(text: str | bytes) -> Any:
     return _EVENT.validate_json(text)
 
 
-def events_only(records: Sequence[ConsumedRecord]) -> list[ConsumedRecord]:
-    """Records whose value is a conversation event (the events topic)."""
-    return [r for r in records if isinstance(r.value, EventEnvelope)]
+_EVENT_CLASSES = frozenset(EVENT_TYPES)
+
+
+def events_only(records: Sequence[ConsumedRecord]) -> Sequence[ConsumedRecord]:
+    """Records whose value is a conversation event (the events topic); `records` itself if all are."""
+    # An exact-class set lookup first: isinstance on pydantic models goes through ABCMeta (slow).
+    kept = [r for r in records if r.value.__class__ in _EVENT_CLASSES or isinstance(r.value, EventEnvelope)]
+    return records if len(kept) == len(records) else kept
+
+
+_GROUPS_MEMO: tuple[Sequence[ConsumedRecord], int, dict[str, list[ConsumedRecord]]] | None = None
 
 
 def by_conversation(records: Sequence[ConsumedRecord]) -> dict[str, list[ConsumedRecord]]:
-    """Event records grouped by conversation, in log order within each."""
+    """Event records grouped by conversation, in log order within each (callers must not mutate it).
+
+    The last result is memoized on the identity of `records`: the runner hands one batch list to
+    every projector, and views, stats and titles all group it.
+    """
+    global _GROUPS_MEMO
+    memo = _GROUPS_MEMO  # one read: another runner thread may replace it
+    if memo is not None and memo[0] is records and memo[1] == len(records):
+        return memo[2]
     groups: dict[str, list[ConsumedRecord]] = {}
     for record in records:
-        groups.setdefault(record.value.conversation_id, []).append(record)  # type: ignore[attr-defined]
+        conv = record.value.conversation_id  # type: ignore[attr-defined]
+        group = groups.get(conv)
+        if group is None:
+            groups[conv] = [record]
+        else:
+            group.append(record)
+    _GROUPS_MEMO = (records, len(records), groups)
     return groups
 
 
@@ -81,3 +103,21 @@ def fold_checked(
             continue
         folded.append(record)
     return state, folded
+
+
+def fold_batch(
+    fold_all: Callable[[S, Any], S],
+    fold: Callable[[S, Any], S],
+    state: S,
+    records: Sequence[ConsumedRecord],
+    rejected: list[tuple[ConsumedRecord, BaseException]],
+) -> tuple[S, Sequence[ConsumedRecord]]:
+    """`fold_checked`, but through the projection's batched `fold_all` while no record is refused.
+
+    `fold_all` must equal folding one by one (each projection's tests prove it); on the first
+    refusal the batch is folded again record by record, so the outcome is `fold_checked`'s.
+    """
+    try:
+        return fold_all(state, [r.value for r in records]), records
+    except ProjectionError:
+        return fold_checked(fold, state, records, rejected)

@@ -25,6 +25,7 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaExcepti
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import DBAPIError
 
+from consumers._gc import gc_paused
 from consumers.base import ConsumedRecord, Projector
 from consumers.dlq import DeadLetters
 from consumers.errors import ConsumerError, RecordsRejectedError, StoreError
@@ -116,6 +117,10 @@ class Runner:
 
     def process(self, messages: Sequence[Message]) -> int:
         """Decode, apply and commit one batch; returns how many records were applied."""
+        with gc_paused():
+            return self._process(messages)
+
+    def _process(self, messages: Sequence[Message]) -> int:
         started = time.monotonic()
         records, raw, poison = self._decode(messages)
         for msg, error in poison:
@@ -132,26 +137,29 @@ class Runner:
         records: list[ConsumedRecord] = []
         raw: dict[tuple[str, int, int], Message] = {}
         poison: list[Poison] = []
+        decode = self.codec.decode
+        expected = {name: topic.value_types for name, topic in self.topics.items()}
         for msg in messages:
             err = msg.error()
             if err is not None:
                 _check_consumer_error(err)
                 continue
-            raw[(msg.topic(), msg.partition(), msg.offset())] = msg
+            topic, partition, offset = msg.topic(), msg.partition(), msg.offset()
+            raw[(topic, partition, offset)] = msg
             value = msg.value()
             try:
                 if value is None:
                     raise NotAvroError("null value (a tombstone) where a record was expected")
-                decoded = self.codec.decode(value, expect=self.topics[msg.topic()].value_types)
+                decoded = decode(value, expect=expected[topic])
             except SchemaError as exc:
                 poison.append((msg, exc))
                 continue
             key = msg.key()
             records.append(
                 ConsumedRecord(
-                    msg.topic(),
-                    msg.partition(),
-                    msg.offset(),
+                    topic,
+                    partition,
+                    offset,
                     msg.timestamp()[1],
                     key.decode(errors="replace") if key else "",
                     decoded,
@@ -196,22 +204,23 @@ class Runner:
     ) -> int:
         keys = [(p.name, t, part) for (t, part) in ends for p in self._readers[t]]
         stored = lock_offsets(conn, keys)
+        starts = _batch_starts(records)
         applied: set[tuple[str, int, int]] = set()
+        everything = False
         for projector in self.projectors:
-            mine = [
-                r
-                for r in records
-                if (projector.name, r.topic, r.partition) in stored
-                and r.offset >= stored[(projector.name, r.topic, r.partition)]
-            ]
-            if mine:
-                projector.apply(conn, mine)
+            mine = _records_for(projector.name, records, starts, stored)
+            if not mine:
+                continue
+            projector.apply(conn, mine)
+            if mine is records:
+                everything = True  # the common case: count without a set of 3-tuples
+            elif not everything:
                 applied.update((r.topic, r.partition, r.offset) for r in mine)
         positions: dict[TopicPartitionKey, int] = {
             key: max(stored[key], ends[(key[1], key[2])]) for key in keys
         }
         store_offsets(conn, positions)
-        return len(applied)
+        return len(records) if everything else len(applied)
 
     def _commit_kafka(self, ends: dict[tuple[str, int], int]) -> None:
         # A courtesy for `kafka-consumer-groups`-style lag tools; positions come from the store.
@@ -274,6 +283,33 @@ class Runner:
                 if tp.offset >= high:
                     caught_up.add((tp.topic, tp.partition))
         return caught_up
+
+
+def _batch_starts(records: Sequence[ConsumedRecord]) -> dict[tuple[str, int], int]:
+    starts: dict[tuple[str, int], int] = {}
+    for r in records:
+        key = (r.topic, r.partition)
+        if r.offset < starts.get(key, r.offset + 1):
+            starts[key] = r.offset
+    return starts
+
+
+def _records_for(
+    name: str,
+    records: list[ConsumedRecord],
+    starts: dict[tuple[str, int], int],
+    stored: dict[TopicPartitionKey, int],
+) -> list[ConsumedRecord]:
+    """The records at or after the projector's stored offsets; `records` itself when that is all.
+
+    Handing every projector the same list object lets them share per-batch work (grouping).
+    """
+    floors = {tp: stored[(name, *tp)] for tp in starts if (name, *tp) in stored}
+    if len(floors) == len(starts) and all(starts[tp] >= floor for tp, floor in floors.items()):
+        return records
+    return [
+        r for r in records if (r.topic, r.partition) in floors and r.offset >= floors[(r.topic, r.partition)]
+    ]
 
 
 def _batch_ends(raw: dict[tuple[str, int, int], Message]) -> dict[tuple[str, int], int]:

@@ -110,9 +110,9 @@ class EventPublisher:
             try:
                 self.producer.produce(topic, value, key, headers=headers, on_delivery=delivery)
                 break
-            except BufferError:
+            except BufferError as exc:
                 if time.monotonic() > deadline:
-                    raise PublishError(f"{topic} key={key}: local queue full for {self._deadline}s")
+                    raise PublishError(f"{topic} key={key}: local queue full for {self._deadline}s") from exc
                 self.producer.poll(0.05)
             except KafkaException as exc:
                 raise PublishError(f"{topic} key={key}: rejected: {exc}") from exc

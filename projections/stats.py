@@ -109,10 +109,65 @@ def fold(state: ConversationStats, event: Event) -> ConversationStats:
 
 
 def fold_all(state: ConversationStats, events: Iterable[Event]) -> ConversationStats:
-    """Fold events in order; equal to folding them one by one."""
+    """Fold events in order; equal to folding them one by one (and `state` itself if none counts).
+
+    The figures accumulate in locals and the tuple is built once: `_replace` per event cost
+    the sink more than the rest of the fold.
+    """
+    s = state
+    conv, tenant, last_seq, count = s.conversation_id, s.tenant_id, s.last_seq, s.events
+    counts = list(s.counts)
+    usage = s[5:12]  # llm_calls .. llm_latency_ms, in field order
+    tools, errors, status = s.tool_calls, s.errors, s.execution_status
+    first, last, annotations = s.first_timestamp, s.last_timestamp, s.annotations
     for event in events:
-        state = fold(state, event)
-    return state
+        if event.seq == ANNOTATION_SEQ:
+            if event.conversation_id != conv:
+                raise ConversationMismatchError(
+                    f"event {event.id} (kind {event.kind}) belongs to conversation "
+                    f"{event.conversation_id}, not {conv}"
+                )
+            if event.id in annotations:
+                continue
+            annotations = annotations | {event.id}
+        elif is_next(conv, last_seq, event):
+            last_seq = event.seq
+        else:
+            continue
+        kind, moment = event.kind, event.timestamp
+        tenant = tenant or event.tenant_id
+        count += 1
+        counts[_KIND_INDEX[kind]] += 1
+        first = moment if first is None or moment < first else first
+        last = moment if last is None or moment > last else last
+        if kind == "llm_usage":
+            usage = _usage_added(usage, event)
+        elif kind == "action":
+            tools += 1
+        elif kind == "agent_error" or (kind == "observation" and event.is_error):  # type: ignore[union-attr]
+            errors += 1
+        elif kind == "state_update":
+            status = event.execution_status  # type: ignore[union-attr]
+    if count == s.events:
+        return state
+    return ConversationStats(
+        conv, tenant, last_seq, count, tuple(counts), *usage, tools, errors, status, first, last, annotations
+    )
+
+
+def _usage_added(usage: tuple[Any, ...], event: Any) -> tuple[Any, ...]:
+    """(llm_calls, prompt, completion, cached tokens, cost, unpriced calls, latency) plus one call."""
+    calls, prompt, completion, cached, cost, unpriced, latency = usage
+    priced = event.cost is not None
+    return (
+        calls + 1,
+        prompt + event.prompt_tokens,
+        completion + event.completion_tokens,
+        cached + event.cached_tokens,
+        cost + event.cost if priced else cost,
+        unpriced + (0 if priced else 1),
+        latency + event.latency_ms,
+    )
 
 
 def as_row(state: ConversationStats) -> dict[str, Any]:

@@ -160,7 +160,8 @@ class ForkEvent(EventEnvelope):
     )
     workspace_shared: bool = Field(
         True,
-        description="True unless a workspace snapshot was given: both conversations then act on one workspace.",
+        description="True unless a workspace snapshot was given: both conversations then act on one "
+        "workspace.",
     )
     snapshot_ref: str | None = Field(
         None,

@@ -175,7 +175,8 @@ class Snapshot(AvroModel):
     )
     effects_offset: int = Field(
         -1,
-        description="Effects-topic offset from which a restore folds this conversation's ledger (-1 unknown).",
+        description="Effects-topic offset from which a restore folds this conversation's ledger (-1 "
+        "unknown).",
     )
     partition_events_offset: int = Field(
         -1,
@@ -183,7 +184,8 @@ class Snapshot(AvroModel):
     )
     partition_effects_offset: int = Field(
         -1,
-        description="Effects-topic offset from which a restore of the whole partition must read (-1 unknown).",
+        description="Effects-topic offset from which a restore of the whole partition must read (-1 "
+        "unknown).",
     )
     total_cost: float = Field(0.0, description="LLM cost (USD) of every event covered.")
 

@@ -9,7 +9,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
-from consumers._rows import by_conversation, events_only, fold_checked, from_micros, micros
+from consumers._rows import by_conversation, events_only, fold_batch, from_micros, micros
 from consumers.base import ConsumedRecord
 from consumers.errors import RecordsRejectedError
 from consumers.store import upsert
@@ -88,7 +88,7 @@ class StatsConsumer:
         rows = []
         for conv, group in groups.items():
             before = states.get(conv) or stats.initial(conv)
-            after, _ = fold_checked(stats.fold, before, group, rejected)
+            after, _ = fold_batch(stats.fold_all, stats.fold, before, group, rejected)
             if after is not before:
                 rows.append(to_row(after))
         if rejected:

@@ -18,7 +18,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
-from consumers._rows import by_conversation, event_from_json, event_json, events_only, fold_checked, micros
+from consumers._rows import by_conversation, event_from_json, event_json, events_only, fold_batch, micros
 from consumers.base import ConsumedRecord
 from consumers.errors import RecordsRejectedError
 from consumers.store import bulk_insert, upsert
@@ -71,7 +71,7 @@ class ViewsConsumer:
         for conv, group in groups.items():
             cached = loaded.get(conv) or _Cached(view.initial(conv), {})
             before = cached.state
-            after, folded = fold_checked(view.fold, before, group, rejected)
+            after, folded = fold_batch(view.fold_all, view.fold, before, group, rejected)
             if after is before:
                 continue
             log_rows.extend(_log_rows(before, after, folded, cached.positions))
@@ -136,16 +136,23 @@ def branch_segments(state: view.ViewState, positions: dict[str, int]) -> list[li
 
 
 def _log_rows(
-    before: view.ViewState, after: view.ViewState, folded: list[ConsumedRecord], positions: dict[str, int]
+    before: view.ViewState,
+    after: view.ViewState,
+    folded: Sequence[ConsumedRecord],
+    positions: dict[str, int],
 ) -> list[tuple[Any, ...]]:
-    where: dict[str, ConsumedRecord] = {}
-    for r in folded:
-        where.setdefault(r.value.id, r)  # type: ignore[attr-defined]  # the first delivery is the one folded
+    start = len(before.log)
+    added = after.log[start:]
+    if len(added) == len(folded):
+        records: Sequence[ConsumedRecord] = folded  # no duplicate: one new log entry per record, in order
+    else:
+        where: dict[str, ConsumedRecord] = {}
+        for r in folded:
+            where.setdefault(r.value.id, r)  # type: ignore[attr-defined]  # the first delivery is the one folded
+        records = [where[event.id] for event in added]
     conv = after.conversation_id
     rows = []
-    for position in range(len(before.log), len(after.log)):
-        event = after.log[position]
-        record = where[event.id]
+    for position, event, record in zip(range(start, start + len(added)), added, records, strict=True):
         positions[event.id] = position
         rows.append(
             (

@@ -145,3 +145,27 @@ def test_query_defaults_and_immutability() -> None:
     assert query.limit == 50 and query.kinds == ("message", "action") and query.after is None
     with pytest.raises(Exception, match="frozen"):
         query.limit = 10  # type: ignore[misc]
+
+
+def _shorten_reference(text: str, limit: int) -> str:
+    """The plain definition: collapse all of `text`, then cut."""
+    collapsed = " ".join(text.split())
+    if len(collapsed) <= limit:
+        return collapsed
+    cut = collapsed[: limit - 1]
+    space = cut.rfind(" ")
+    if collapsed[limit - 1] != " " and space >= (limit * 2) // 3:
+        cut = cut[:space]
+    return cut.rstrip() + "…"
+
+
+@given(
+    st.lists(st.sampled_from(["a", "bc", "word", "x" * 30, " ", "  ", "\n", "\t ", "é"]), max_size=400),
+    st.integers(min_value=2, max_value=60),
+)
+def test_shorten_of_a_prefix_equals_shortening_everything(parts: list[str], limit: int) -> None:
+    """`shorten` collapses only a prefix of long texts; the result is the plain definition's."""
+    from projections._text import shorten
+
+    text = "".join(parts)
+    assert shorten(text, limit) == _shorten_reference(text, limit)

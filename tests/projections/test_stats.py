@@ -82,6 +82,26 @@ def test_duplicates_are_not_counted_twice(events: list[Event], data: st.DataObje
     assert build(data.draw(with_redeliveries(events))) == once
 
 
+@given(conversations(), st.data())
+def test_fold_all_equals_folding_one_by_one(events: list[Event], data: st.DataObject) -> None:
+    """The batched fold_all (locals, one tuple) equals a loop of fold, redeliveries included."""
+    log = data.draw(with_redeliveries(events))
+    state = stats.initial(log[0].conversation_id)
+    for event in log:
+        state = stats.fold(state, event)
+    assert stats.fold_all(stats.initial(log[0].conversation_id), log) == state
+    assert stats.fold_all(state, events) is state  # nothing new counted: the same state
+
+
+def test_fold_all_raises_as_fold_does() -> None:
+    """A gap or a foreign event in a batch raises the error the one-by-one fold raises."""
+    with pytest.raises(SequenceGapError, match="seq 3 after 1"):
+        stats.fold_all(stats.initial("c"), [usage(1, 0.1), usage(3, 0.1)])
+    foreign = usage(1, None).model_copy(update={"conversation_id": "d"})
+    with pytest.raises(ConversationMismatchError):
+        stats.fold_all(stats.initial("c"), [foreign])
+
+
 @given(interleaved_conversations())
 def test_interleaved_conversations_are_independent(events: list[Event]) -> None:
     states = fold_conversations({}, events, stats.initial, stats.fold)
