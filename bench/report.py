@@ -22,6 +22,8 @@ def machine() -> dict[str, str]:
         "os": platform.platform(),
         "python": sys.version.split()[0],
         "cpu": _cpu_model(),
+        # Other work on the machine skews every figure; say how busy it was when the table was written.
+        "load average (1/5/15 min) at the end": " / ".join(f"{x:.2f}" for x in os.getloadavg()),
     }
     for name in PACKAGES:
         try:

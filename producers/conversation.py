@@ -191,6 +191,10 @@ class Conversation:
         """What the agent reads: a fork's source path, then this conversation's active branch."""
         return (*self.prefix, *active_branch(self.state))
 
+    def unanswered(self, message_id: str) -> bool:
+        """True when event `message_id` is the active leaf: nothing has answered it yet."""
+        return self.state.active_leaf == message_id
+
     def unobserved_actions(self) -> list[ActionEvent]:
         """Actions on the active branch with no observation or rejection yet, in log order."""
         path = path_to_root(self.state, self.state.active_leaf) if self.state.active_leaf else ()

@@ -17,6 +17,7 @@ from confluent_kafka import Consumer, KafkaError, Message, TopicPartition
 from infra.kafka import make_consumer
 from infra.settings import Settings
 from producers.conversation import Conversation
+from producers.crashpoints import CrashPoints
 from producers.publisher import EventPublisher
 from producers.runtime import Runtime
 from schemas import InboxMessage
@@ -78,39 +79,7 @@ class InboxRunner:
 
     def apply(self, conv: Conversation, inbox: InboxMessage) -> None:
         """Do what the inbox record asks."""
-        match inbox.command:
-            case "message":
-                appended = conv.send_message(inbox.content, event_id=inbox.id)
-                self.runtime.crash.hit("after_inbox_message")
-                # Not appended: a redelivery after a crash; run it unless the run already stopped.
-                if appended or conv.status in ("idle", "running"):
-                    conv.run()
-                elif conv.unobserved_actions():
-                    conv.resume()
-            case "pause":
-                conv.request_pause()
-                if conv.status not in ("running",):
-                    conv.snapshot()
-            case "resume":
-                if conv.status == "waiting_for_confirmation":
-                    conv.confirm(True)
-                else:
-                    conv.resume() if conv.unobserved_actions() else conv.run()
-            case "resolve":
-                decision = inbox.content if inbox.content in ("confirmed", "failed", "retry") else None
-                if inbox.operation_id is None or decision is None:
-                    logger.error(
-                        "inbox %s: resolve needs operation_id and content confirmed|failed|retry", inbox.id
-                    )
-                    return
-                if inbox.operation_id not in {a.operation_id for a in conv.unobserved_actions()}:
-                    # Resuming on load already applied the decision the API put on the ledger
-                    # (or a redelivery): nothing is left open to resolve.
-                    logger.info("inbox %s: operation %s is already settled", inbox.id, inbox.operation_id)
-                    return
-                conv.resolve(
-                    inbox.operation_id, decision, inbox.sender, note=f"resolved via inbox {inbox.id}"
-                )
+        apply_inbox(conv, inbox, self.runtime.crash)
 
     def _conversation(self, inbox: InboxMessage) -> Conversation:
         conv = self.conversations.get(inbox.conversation_id)
@@ -135,3 +104,46 @@ class InboxRunner:
             DLQ.name(self.settings.namespace), key, msg.value() or b"", headers
         )
         self.publisher.wait_durable([delivery])
+
+
+def apply_inbox(conv: Conversation, inbox: InboxMessage, crash: CrashPoints) -> None:
+    """Do what an inbox record asks of its conversation; runs it until it stops.
+
+    Shared by the single-process `InboxRunner` and the fleet runner. Every branch is safe on a
+    redelivery (the record's offset is committed only after it was handled).
+    """
+    match inbox.command:
+        case "message":
+            appended = conv.send_message(inbox.content, event_id=inbox.id)
+            crash.hit("after_inbox_message")
+            # Not appended: a redelivery after a crash. Run unless something already answered it.
+            if appended or conv.status in ("idle", "running") or conv.unanswered(inbox.id):
+                conv.run()
+            elif conv.unobserved_actions():
+                conv.resume()
+        case "pause":
+            conv.request_pause()
+            if conv.status != "running":
+                conv.snapshot()
+        case "resume":
+            if conv.status == "waiting_for_confirmation":
+                conv.confirm(True)
+            elif conv.unobserved_actions():
+                conv.resume()
+            else:
+                conv.run()
+        case "resolve":
+            _resolve(conv, inbox)
+
+
+def _resolve(conv: Conversation, inbox: InboxMessage) -> None:
+    decision = inbox.content if inbox.content in ("confirmed", "failed", "retry") else None
+    if inbox.operation_id is None or decision is None:
+        logger.error("inbox %s: resolve needs operation_id and content confirmed|failed|retry", inbox.id)
+        return
+    if inbox.operation_id not in {a.operation_id for a in conv.unobserved_actions()}:
+        # Resuming on load already applied the decision the API put on the ledger (or a
+        # redelivery): nothing is left open to resolve.
+        logger.info("inbox %s: operation %s is already settled", inbox.id, inbox.operation_id)
+        return
+    conv.resolve(inbox.operation_id, decision, inbox.sender, note=f"resolved via inbox {inbox.id}")  # type: ignore[arg-type]

@@ -14,8 +14,9 @@ from typing import Any, Protocol
 from fastavro import parse_schema, schemaless_reader, schemaless_writer
 from pydantic import ValidationError
 
+from schemas._trusted import Build, trusted_builder
 from schemas._types import AvroModel
-from schemas.catalog import MODELS, SINGLE_OBJECT_MAGIC, SchemaCatalog, shipped_catalog
+from schemas.catalog import MODELS, SINGLE_OBJECT_MAGIC, SchemaCatalog, SchemaVersion, shipped_catalog
 from schemas.errors import (
     CorruptRecordError,
     InvalidRecordError,
@@ -67,7 +68,7 @@ def _read_payload(
 
 
 def _to_model(
-    name: str, record: dict[str, Any], expect: tuple[type[AvroModel], ...] | None
+    name: str, record: dict[str, Any], expect: tuple[type[AvroModel], ...] | None, build: Build | None = None
 ) -> AvroModel:
     model = MODELS.get(name)
     if model is None:
@@ -75,6 +76,10 @@ def _to_model(
     if expect is not None and model not in expect:
         allowed = ", ".join(m.__name__ for m in expect)
         raise UnexpectedRecordError(f"got a {name} where only {allowed} are allowed")
+    if build is not None:
+        built = build(record)
+        if built is not None:
+            return built
     try:
         return model.model_validate(record)
     except ValidationError as exc:
@@ -86,6 +91,14 @@ class SingleObjectCodec:
 
     def __init__(self, catalog: SchemaCatalog | None = None) -> None:
         self.catalog = catalog or shipped_catalog()
+        self._builders: dict[bytes, Build | None] = {}
+
+    def _builder(self, version: SchemaVersion) -> Build | None:
+        # Only for a writer that is also the reader: then the decoded dict has the model's fields.
+        if version.fingerprint not in self._builders:
+            model = MODELS.get(version.name)
+            self._builders[version.fingerprint] = None if model is None else trusted_builder(model, version.schema)
+        return self._builders[version.fingerprint]
 
     def encode(self, record: AvroModel) -> bytes:
         """Encode with the newest schema version of the record's type."""
@@ -110,9 +123,10 @@ class SingleObjectCodec:
             )
         reader = self.catalog.latest[writer.name]
         what = f"{writer.name} v{writer.version}"
-        record = _read_payload(
-            data, 10, writer.parsed, None if reader is writer else reader.parsed, what
-        )
+        if reader is writer:
+            record = _read_payload(data, 10, writer.parsed, None, what)
+            return _to_model(writer.name, record, expect, self._builder(writer))
+        record = _read_payload(data, 10, writer.parsed, reader.parsed, what)
         return _to_model(writer.name, record, expect)
 
 

@@ -22,8 +22,8 @@ from confluent_kafka import Consumer, KafkaError, Message, TopicPartition
 from infra.kafka import make_consumer
 from producers.crashpoints import CrashPoints
 from producers.errors import FencedError, PublishError
-from producers.fleet import commands
 from producers.fleet.owner import FleetContext, PartitionOwner
+from producers.inbox import apply_inbox
 from schemas import InboxMessage
 from schemas.errors import SchemaError
 from schemas.topics import DLQ, INBOX
@@ -185,7 +185,7 @@ class FleetRunner:
         )
         conv.inbox_offset = msg.offset() + 1
         owner.sink.attach_offset(msg.offset() + 1, inbox.id if inbox.command == "message" else None)
-        commands.apply(conv, inbox, self.ctx.runtime.crash)
+        apply_inbox(conv, inbox, self.ctx.runtime.crash)
         owner.sink.commit_offset()
         self.handled += 1
 
