@@ -26,7 +26,7 @@ logger = logging.getLogger(__name__)
 GROUP = "convdb.consumers"
 """The entry-point group consumer plugins register under."""
 
-DEFAULT_GROUP = ("views", "index", "titles", "stats")
+DEFAULT_GROUP = ("views", "index", "titles", "stats", "effects")
 """What `convdb consume all` hosts in one process (one group, one transaction per batch)."""
 
 

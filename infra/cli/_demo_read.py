@@ -18,8 +18,8 @@ from infra.procs import spawn, stop_group, tail
 from infra.settings import Settings
 from schemas.errors import ConvdbError
 
-CONSUMERS = ("views", "index", "titles", "stats", "effects")
-"""Projectors the demo runs in one `convdb consume` process."""
+CONSUMERS = ("all",)
+"""The read side the demo runs in one `convdb consume` process (views, index, titles, stats, effects)."""
 
 DEMO_KEY = "demo-key"
 
