@@ -18,6 +18,13 @@ from infra.settings import Settings
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
 
+def pytest_addoption(parser: pytest.Parser) -> None:
+    """--chaos-long: run the reconciler chaos test with 200 conversations instead of the bounded set."""
+    parser.addoption(
+        "--chaos-long", action="store_true", default=False, help="long chaos run (200 conversations)"
+    )
+
+
 @dataclass(frozen=True)
 class BrokerInfo:
     """The broker the test run talks to."""

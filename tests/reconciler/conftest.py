@@ -23,13 +23,6 @@ from tests.conftest import BrokerInfo, wait_until
 RECEIPT_SECRET = "tracker-test-secret"
 
 
-def pytest_addoption(parser: pytest.Parser) -> None:
-    """--chaos-long: run the chaos test with 200 conversations instead of the bounded set."""
-    parser.addoption(
-        "--chaos-long", action="store_true", default=False, help="long chaos run (200 conversations)"
-    )
-
-
 @dataclass
 class Proc:
     """A child process with its log; killed or stopped by the test, always cleaned up."""
