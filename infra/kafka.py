@@ -60,6 +60,9 @@ def consumer_config(settings: Settings, group_id: str, **overrides: Any) -> dict
         # cooperative-sticky takes 3x longer to rebalance on the embedded broker.
         "partition.assignment.strategy": "range",
         "allow.auto.create.topics": False,
+        # The read side is latency-sensitive: an idle fetch is answered after at most this long
+        # (librdkafka's 500 ms default puts half a second into produce -> visible).
+        "fetch.wait.max.ms": settings.kafka.fetch_wait_max_ms,
     }
     conf.update(overrides)
     return conf

@@ -35,6 +35,9 @@ class KafkaSettings(Section):
     )
     embedded_heartbeat_interval_ms: int = Field(500, description="Heartbeat on the embedded broker.")
     linger_ms: float = Field(5.0, description="Producer linger: batching against latency.")
+    fetch_wait_max_ms: int = Field(
+        50, description="Longest a consumer fetch waits for data: latency against idle requests."
+    )
     delivery_timeout_s: float = Field(
         30.0, description="How long a produce may wait for the broker before it fails loudly."
     )
