@@ -10,12 +10,21 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck
+from hypothesis import settings as hypothesis_settings
 
 from infra.broker import EmbeddedBroker
 from infra.kafka import apply_topics
 from infra.settings import Settings
 
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+
+# Generation speed and per-example time depend on machine load (2 shared cores, brokers and
+# child processes running): those are not properties under test, so they must not fail a run.
+hypothesis_settings.register_profile(
+    "convdb", deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large]
+)
+hypothesis_settings.load_profile("convdb")
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
