@@ -39,7 +39,8 @@ def event_json(event: EventEnvelope) -> str:
         return memo[1]
     if len(_JSON_MEMO) > 50000:
         _JSON_MEMO.clear()
-    text = event.model_dump_json()
+    # What `model_dump_json()` returns, without its keyword plumbing (~0.7 µs an event).
+    text = event.__pydantic_serializer__.to_json(event).decode()
     _JSON_MEMO[event.id] = (event, text)
     return text
 

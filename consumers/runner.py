@@ -55,7 +55,7 @@ class Runner:
         engine: Engine | None = None,
         codec: Codec | None = None,
         batch_size: int = 5000,
-        poll_timeout: float = 0.5,
+        poll_timeout: float = 0.05,
         store_retry_s: float = 60.0,
     ) -> None:
         if not projectors:

@@ -237,7 +237,8 @@ def _staged_insert(
     _copy(conn, stage, columns, rows)
     conflict = ", ".join(quote(k) for k in keys)
     conn.exec_driver_sql(
-        f"INSERT INTO {target} ({names}) SELECT {names} FROM {quote(stage)} ON CONFLICT ({conflict}) DO NOTHING"
+        f"INSERT INTO {target} ({names}) SELECT {names} FROM {quote(stage)} "
+        f"ON CONFLICT ({conflict}) DO NOTHING"
     )
     conn.exec_driver_sql(f"DELETE FROM {quote(stage)}")
 

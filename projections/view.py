@@ -197,7 +197,14 @@ def view_as_of(
 
 def digest(state: ViewState) -> str:
     """A stable hex digest of the view (last seq, active leaf, active branch) for audit."""
-    text = "\n".join((str(state.last_seq), state.active_leaf or "", *(e.id for e in state.visible)))
+    ids = "\n".join(e.id for e in state.visible)
+    return branch_digest(state.last_seq, state.active_leaf, ids, len(state.visible))
+
+
+def branch_digest(last_seq: int, active_leaf: str | None, branch_ids: str, branch_length: int) -> str:
+    """`digest` from the active branch's ids joined by newlines (callers may keep that text)."""
+    head = f"{last_seq}\n{active_leaf or ''}"
+    text = f"{head}\n{branch_ids}" if branch_length else head
     return hashlib.sha256(text.encode()).hexdigest()
 
 

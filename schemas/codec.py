@@ -97,7 +97,8 @@ class SingleObjectCodec:
         # Only for a writer that is also the reader: then the decoded dict has the model's fields.
         if version.fingerprint not in self._builders:
             model = MODELS.get(version.name)
-            self._builders[version.fingerprint] = None if model is None else trusted_builder(model, version.schema)
+            build = None if model is None else trusted_builder(model, version.schema)
+            self._builders[version.fingerprint] = build
         return self._builders[version.fingerprint]
 
     def encode(self, record: AvroModel) -> bytes:

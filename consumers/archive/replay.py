@@ -11,12 +11,13 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import SQLAlchemyError
 
+from consumers._gc import gc_paused
 from consumers.archive.container import RawRecord
 from consumers.archive.errors import StoreUrlError
 from consumers.archive.reader import ArchiveReader
@@ -98,18 +99,29 @@ def replay(
         _reset(conn, projector)
     topics = {t.name(settings.namespace): t for t in projector.topics}
     for topic, segs in segments.items():
-        batch: list[ConsumedRecord] = []
-        for rec in read_segments(settings, reader, segs, window):
-            decoded = _decode(rec, topics[topic], codec, window, result)
-            if decoded is not None:
-                batch.append(decoded)
-            if len(batch) >= batch_size:
-                _apply(engine, projector, batch, result, progress)
-                batch = []
-        if batch:
-            _apply(engine, projector, batch, result, progress)
+        raw = read_segments(settings, reader, segs, window)
+        done = False
+        while not done:
+            with gc_paused():  # as the live runner: one collection pass per batch, not dozens
+                batch, done = _next_batch(raw, topics[topic], codec, window, result, batch_size)
+                if batch:
+                    _apply(engine, projector, batch, result, progress)
     result.seconds = time.monotonic() - started
     return result
+
+
+def _next_batch(
+    raw: Iterator[RawRecord], topic: Topic, codec: Codec, window: Window, result: ReplayResult, size: int
+) -> tuple[list[ConsumedRecord], bool]:
+    """Up to `size` decoded records, and whether `raw` is exhausted."""
+    batch: list[ConsumedRecord] = []
+    for rec in raw:
+        decoded = _decode(rec, topic, codec, window, result)
+        if decoded is not None:
+            batch.append(decoded)
+            if len(batch) >= size:
+                return batch, False
+    return batch, True
 
 
 def _reset(conn: Connection, projector: Projector) -> None:

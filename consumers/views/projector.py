@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 from collections import OrderedDict
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import sqlalchemy as sa
@@ -35,6 +35,41 @@ class _Cached:
     state: view.ViewState
     positions: dict[str, int]
     """Event id -> position in the log (to write the branch as position segments)."""
+    segments: list[list[int]] = field(default_factory=list)
+    """The active branch of `state` as position segments."""
+    branch_ids: str = ""
+    """Ids of the active branch of `state`, joined by newlines (for the digest)."""
+
+    @classmethod
+    def of(cls, state: view.ViewState) -> _Cached:
+        """The cache entry of a state rebuilt from the store."""
+        positions = {e.id: i for i, e in enumerate(state.log)}
+        ids = "\n".join(e.id for e in state.visible)
+        return cls(state, positions, branch_segments(state, positions), ids)
+
+    def advance(self, after: view.ViewState) -> None:
+        """Move to `after` (whose new log entries have positions already), updating the branch.
+
+        A batch of plain tail appends extends the branch: only the new events are walked, so a
+        batch costs O(its events), not O(the branch) as recomputing segments and digest text did.
+        """
+        before, k = self.state, len(self.state.path)
+        extended = (
+            before.visible is before.path
+            and after.visible is after.path
+            and len(after.path) >= k
+            and (k == 0 or after.path[k - 1] is before.path[k - 1])  # the one path through that node
+        )
+        self.state = after
+        if not extended:
+            self.segments = branch_segments(after, self.positions)
+            self.branch_ids = "\n".join(e.id for e in after.visible)
+            return
+        added = after.path[k:]
+        _extend_segments(self.segments, [self.positions[e.id] for e in added])
+        if added:
+            joined = "\n".join(e.id for e in added)
+            self.branch_ids = f"{self.branch_ids}\n{joined}" if k else joined
 
 
 class ViewsConsumer:
@@ -75,8 +110,8 @@ class ViewsConsumer:
             if after is before:
                 continue
             log_rows.extend(_log_rows(before, after, folded, cached.positions))
-            summary_rows.append(_summary_row(after, cached.positions))
-            cached.state = after
+            cached.advance(after)
+            summary_rows.append(_summary_row(cached))
             self._remember(conv, cached)
         if rejected:
             self._cache.clear()
@@ -100,8 +135,7 @@ class ViewsConsumer:
         for conv, count in counts.items():
             cached = self._cache.get(conv)
             if cached is None or len(cached.state.log) != count:
-                state = load_state(connection, conv)
-                cached = _Cached(state, {e.id: i for i, e in enumerate(state.log)})
+                cached = _Cached.of(load_state(connection, conv))
             found[conv] = cached
         return found
 
@@ -126,13 +160,16 @@ def load_state(connection: Connection, conversation_id: str, **bounds: int) -> v
 def branch_segments(state: view.ViewState, positions: dict[str, int]) -> list[list[int]]:
     """The active branch as runs of consecutive log positions, root first."""
     segments: list[list[int]] = []
-    for event in state.visible:
-        pos = positions[event.id]
+    _extend_segments(segments, [positions[event.id] for event in state.visible])
+    return segments
+
+
+def _extend_segments(segments: list[list[int]], added: list[int]) -> None:
+    for pos in added:
         if segments and segments[-1][1] == pos - 1:
             segments[-1][1] = pos
         else:
             segments.append([pos, pos])
-    return segments
 
 
 def _log_rows(
@@ -169,16 +206,18 @@ def _log_rows(
     return rows
 
 
-def _summary_row(state: view.ViewState, positions: dict[str, int]) -> dict[str, Any]:
+def _summary_row(cached: _Cached) -> dict[str, Any]:
+    state = cached.state
     last = state.log[len(state.log) - 1]
+    length = len(state.visible)
     return {
         "conversation_id": state.conversation_id,
         "tenant_id": state.tenant_id or "",
         "last_seq": state.last_seq,
         "event_count": len(state.log),
         "active_leaf": state.active_leaf,
-        "branch_length": len(state.visible),
-        "branch": json.dumps(branch_segments(state, positions)),
-        "digest": view.digest(state),
+        "branch_length": length,
+        "branch": json.dumps(cached.segments),
+        "digest": view.branch_digest(state.last_seq, state.active_leaf, cached.branch_ids, length),
         "updated_us": micros(last.timestamp),
     }

@@ -71,7 +71,9 @@ def test_messages_before_start_and_during_a_crash_are_appended_once_in_order(
             if isinstance(e, MessageEvent) and e.role == "user"
         ]
         assert [e.id for e in users] == ids, conv  # each exactly once, in the order sent
-        replies = {e.parent_id for e in events[conv] if not (isinstance(e, MessageEvent) and e.role == "user")}
+        replies = {
+            e.parent_id for e in events[conv] if not (isinstance(e, MessageEvent) and e.role == "user")
+        }
         assert all(u.id in replies for u in users), conv  # answered, even the one the crash interrupted
         assert [e.content for e in users] == [f"{conv[-1]}{i}" for i in range(len(ids))]
         assert [e.seq for e in sorted(events[conv], key=lambda e: e.seq)] == list(
