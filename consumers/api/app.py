@@ -45,7 +45,7 @@ def create_app(settings: Settings, routers: Sequence[str] = ROUTERS) -> FastAPI:
     )
     engine = open_engine(settings.resolved_store_url, writer=False)
     app.state.ctx = ApiContext(settings, engine, make_codec(settings.schema_registry_url))
-    _ensure_tables(engine)
+    _ensure_tables(settings.resolved_store_url)
     for name in routers:
         app.include_router(importlib.import_module(name).router)
     app.add_exception_handler(RequestValidationError, _bad_request)
@@ -65,18 +65,24 @@ async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
     ctx.engine.dispose()
 
 
-def _ensure_tables(engine: object) -> None:
+def _ensure_tables(url: str) -> None:
     # The API may start before any consumer: create the read tables (idempotent, no version
-    # row) so that queries answer "nothing yet" instead of failing.
+    # row) so that queries answer "nothing yet" instead of failing. A writer engine takes
+    # SQLite's write lock at BEGIN, so this waits for a busy consumer instead of failing with
+    # "database is locked" when a read snapshot would have to be upgraded.
     from consumers.effects.tables import metadata as effects_tables
     from consumers.index.tables import metadata as index_tables
     from consumers.stats.projector import metadata as stats_tables
     from consumers.titles.projector import metadata as titles_tables
     from consumers.views.tables import metadata as views_tables
 
-    with engine.begin() as conn:  # type: ignore[attr-defined]
-        for metadata in (views_tables, index_tables, stats_tables, titles_tables, effects_tables):
-            metadata.create_all(conn)
+    engine = open_engine(url)
+    try:
+        with engine.begin() as conn:
+            for metadata in (views_tables, index_tables, stats_tables, titles_tables, effects_tables):
+                metadata.create_all(conn)
+    finally:
+        engine.dispose()
 
 
 async def _bad_request(_request: Request, exc: Exception) -> JSONResponse:
