@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 import time
 import uuid
@@ -13,7 +14,9 @@ import pytest
 from hypothesis import HealthCheck
 from hypothesis import settings as hypothesis_settings
 
+from infra.apache import ApacheKafka
 from infra.broker import EmbeddedBroker
+from infra.capabilities import BrokerCapabilities, capabilities_of
 from infra.kafka import apply_topics
 from infra.settings import Settings
 
@@ -36,13 +39,20 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 @dataclass(frozen=True)
 class BrokerInfo:
-    """The broker the test run talks to."""
+    """The broker a test talks to; `name` is the broker kind its test id shows."""
 
     bootstrap_servers: str
     embedded: bool
     kind: str
+    name: str = ""
+
+    @property
+    def capabilities(self) -> BrokerCapabilities:
+        """What this broker supports (the capability record, checked in tests/brokers)."""
+        return capabilities_of(embedded=self.embedded)
 
 
+@functools.cache
 def _docker_available() -> bool:
     try:
         import docker
@@ -54,21 +64,52 @@ def _docker_available() -> bool:
 
 
 @pytest.fixture(scope="session")
-def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerInfo]:
-    """CONVDB_TEST_BOOTSTRAP (external), else testcontainers Kafka with Docker, else embedded Tansu."""
+def embedded_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerInfo]:
+    """The embedded Tansu broker (pip-only), started once per run when a test asks for it."""
+    log = tmp_path_factory.mktemp("broker") / "tansu.log"
+    with EmbeddedBroker(log) as embedded:
+        yield BrokerInfo(embedded.bootstrap_servers, embedded=True, kind="embedded", name="embedded")
+
+
+@pytest.fixture(scope="session")
+def apache_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerInfo]:
+    """Apache Kafka: CONVDB_TEST_BOOTSTRAP, else testcontainers with Docker, else a local KRaft node.
+
+    The local node needs Java and Maven; without them every test that asks for it fails (never skips).
+    """
     external = os.environ.get("CONVDB_TEST_BOOTSTRAP")
     if external:
-        yield BrokerInfo(external, embedded=False, kind="external")
+        yield BrokerInfo(external, embedded=False, kind="external", name="apache")
         return
     if _docker_available():
         from testcontainers.kafka import KafkaContainer
 
         with KafkaContainer().with_kraft() as kafka:
-            yield BrokerInfo(kafka.get_bootstrap_server(), embedded=False, kind="testcontainers")
+            yield BrokerInfo(kafka.get_bootstrap_server(), False, kind="testcontainers", name="apache")
         return
-    log = tmp_path_factory.mktemp("broker") / "tansu.log"
-    with EmbeddedBroker(log) as embedded:
-        yield BrokerInfo(embedded.bootstrap_servers, embedded=True, kind="embedded")
+    with ApacheKafka(tmp_path_factory.mktemp("kafka"), size=1) as kafka:
+        yield BrokerInfo(kafka.bootstrap_servers, embedded=False, kind="apache-local", name="apache")
+
+
+BROKER_KINDS = ("embedded", "apache")
+"""Broker kinds a `@pytest.mark.brokers` test runs on, in this order; the test id names the kind."""
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    """Run every test marked `brokers` once per broker kind (`test_x[embedded]`, `test_x[apache]`)."""
+    if "broker" in metafunc.fixturenames and metafunc.definition.get_closest_marker("brokers"):
+        metafunc.parametrize("broker", BROKER_KINDS, indirect=True, scope="module")
+
+
+@pytest.fixture(scope="module")
+def broker(request: pytest.FixtureRequest) -> BrokerInfo:
+    """The broker of this test: its `brokers` parameter, else the run's default (DESIGN §10 order:
+    CONVDB_TEST_BOOTSTRAP, Docker, then the embedded broker)."""
+    kind = getattr(request, "param", None)
+    if kind is None:
+        external = os.environ.get("CONVDB_TEST_BOOTSTRAP")
+        kind = "apache" if external or _docker_available() else "embedded"
+    return request.getfixturevalue(f"{kind}_broker")
 
 
 @pytest.fixture
