@@ -12,9 +12,12 @@ import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
+from confluent_kafka import Producer
+
 from consumers.base import Projector
 from consumers.runner import Runner
 from infra.kafka import producer_config
+from infra.producer import DurableProducer
 from infra.settings import Settings
 from schemas import EventEnvelope, make_codec
 from schemas.topics import EVENTS
@@ -39,24 +42,16 @@ class SinkResult:
 
 def fill_topic(settings: Settings, events: Iterable[EventEnvelope]) -> int:
     """Produce events to the events topic as fast as possible (not idempotent: this is test data)."""
-    from confluent_kafka import Producer
-
     codec = make_codec(settings.schema_registry_url)
     conf = producer_config(settings)
     conf.update({"enable.idempotence": False, "acks": "1", "linger.ms": 20, "batch.num.messages": 10000})
-    producer = Producer(conf)
+    producer = DurableProducer(settings, Producer(conf))
     topic = EVENTS.name(settings.namespace)
     count = 0
     for event in events:
-        while True:
-            try:
-                producer.produce(topic, codec.encode(event), event.conversation_id)
-                break
-            except BufferError:
-                producer.poll(0.05)
+        producer.produce_raw(topic, event.conversation_id, codec.encode(event))
         count += 1
-    if producer.flush(60) > 0:
-        raise RuntimeError("events not delivered within 60 s")
+    producer.flush(60)
     return count
 
 

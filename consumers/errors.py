@@ -18,14 +18,6 @@ class StoreError(ConsumerError):
     """The projection store is unreachable, or its URL is not usable."""
 
 
-class DeadLetterError(ConsumerError):
-    """A poison record could not be written to the DLQ (the batch is not committed)."""
-
-
-class ProduceError(ConsumerError):
-    """A record a consumer produces (a generated TitleEvent) was not acknowledged by the broker."""
-
-
 class PluginError(ConsumerError):
     """A consumer plugin is unknown or does not load."""
 

@@ -19,3 +19,11 @@ class TopicError(InfraError):
 
 class NoBrokerError(InfraError):
     """No broker is configured and no dev stack is running."""
+
+
+class PublishError(InfraError):
+    """A record was not made durable: the broker rejected it or did not acknowledge it in time."""
+
+
+class FencedError(PublishError):
+    """A newer writer took over this transactional id: this writer must stop writing."""

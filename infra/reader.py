@@ -1,20 +1,44 @@
-"""Read a topic from offsets or a time to its end: the plumbing under tail, export and replay.
+"""Read topic-partitions to their end: the plumbing under tail, export, replay and restore.
 
-The end of a partition is the high watermark the *fetch* reports (partition EOF events), never
-ListOffsets: the embedded broker answers ListOffsets wrongly for multi-record batches.
+The end of a partition is the high watermark the *fetch* reports (partition EOF events and
+`get_watermark_offsets(cached=True)`), never ListOffsets: the embedded broker answers
+ListOffsets wrongly for multi-record batches (INFRA-NOTES §1.5).
 """
 
 from __future__ import annotations
 
+import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
 from datetime import datetime
+from typing import Any
 
 from confluent_kafka import OFFSET_BEGINNING, OFFSET_END, Consumer, KafkaError, Message, TopicPartition
 
 from infra.errors import InfraError
 from infra.kafka import common_config
 from infra.settings import Settings
+
+Partition = tuple[str, int]
+"""(topic, partition)."""
+
+
+def reader_consumer(settings: Settings, purpose: str, **overrides: Any) -> Consumer:
+    """An assign-only consumer that reports partition ends, in a throwaway group named for `purpose`."""
+    return Consumer(
+        {
+            **common_config(settings),
+            "group.id": f"{settings.namespace}.{purpose}-{uuid.uuid4().hex[:8]}",
+            "enable.auto.commit": False,
+            "enable.partition.eof": True,
+            "isolation.level": "read_committed",
+            "auto.offset.reset": "earliest",
+            # An empty fetch at the end is held this long: it bounds how long "read to end" waits.
+            "fetch.wait.max.ms": settings.kafka.fetch_wait_max_ms,
+            **overrides,
+        }
+    )
 
 
 def partitions_of(consumer: Consumer, topic: str, timeout: float = 10.0) -> list[int]:
@@ -44,6 +68,75 @@ def start_positions(
     return [TopicPartition(topic, p, offset) for p in partitions]
 
 
+def consume_to_end(
+    consumer: Consumer,
+    partitions: Sequence[Partition],
+    ends: dict[Partition, int],
+    *,
+    follow: bool = False,
+    poll_timeout: float = 0.2,
+    batch: int = 1000,
+) -> Iterator[Message]:
+    """Yield the records of the assigned `partitions`, each up to the end the fetch reports.
+
+    `ends` is updated as it goes: the next offset after what was read, or the end reported.
+    A partition at its end is paused; with `follow`, reading goes on until the caller stops.
+    """
+    todo = set(partitions)
+    while follow or todo:
+        for msg in consumer.consume(batch, poll_timeout):
+            tp, err = (msg.topic(), msg.partition()), msg.error()
+            if err is None:
+                ends[tp] = msg.offset() + 1
+                yield msg
+            elif err.code() == KafkaError._PARTITION_EOF:
+                ends[tp] = max(ends.get(tp, 0), msg.offset())
+                if not follow and tp in todo:
+                    todo.discard(tp)
+                    consumer.pause([TopicPartition(*tp)])
+            elif err.code() == KafkaError.OFFSET_OUT_OF_RANGE:
+                raise InfraError(f"{tp[0]}[{tp[1]}]: offset out of range")
+            elif not err.retriable():
+                raise InfraError(f"reading {tp[0]}[{tp[1]}]: {err.str()}")
+
+
+@dataclass
+class PartitionRead:
+    """What `read_to_end` found in one partition."""
+
+    records: list[Message] = field(default_factory=list)
+    end: int = 0
+    """The next offset after the last record read: the partition's end when it was read."""
+
+
+def read_to_end(
+    settings: Settings,
+    starts: Sequence[TopicPartition],
+    *,
+    keep: Callable[[Message], bool] | None = None,
+    purpose: str = "reader",
+    **overrides: Any,
+) -> dict[Partition, PartitionRead]:
+    """The records of each topic-partition from its start offset to its end (those `keep` accepts).
+
+    One consumer reads every partition at once: the embedded broker holds an empty fetch, so
+    reading them one by one would cost that wait per partition.
+    """
+    consumer = reader_consumer(settings, purpose, **overrides)
+    found = {(tp.topic, tp.partition): PartitionRead(end=max(tp.offset, 0)) for tp in starts}
+    ends = {tp: read.end for tp, read in found.items()}
+    try:
+        consumer.assign(list(starts))
+        for msg in consume_to_end(consumer, list(found), ends, poll_timeout=0.05, batch=2000):
+            if keep is None or keep(msg):
+                found[(msg.topic(), msg.partition())].records.append(msg)
+    finally:
+        consumer.close()
+    for tp, read in found.items():
+        read.end = ends[tp]
+    return found
+
+
 def read_topic(
     settings: Settings,
     topic: str,
@@ -55,31 +148,45 @@ def read_topic(
     poll_timeout: float = 0.5,
 ) -> Iterator[Message]:
     """Yield the records of a topic in per-partition order, then stop at the end (unless `follow`)."""
-    consumer = Consumer(
-        {
-            **common_config(settings),
-            "group.id": f"{settings.namespace}.reader-{uuid.uuid4().hex[:8]}",
-            "enable.auto.commit": False,
-            "enable.partition.eof": True,
-            "isolation.level": "read_committed",
-            "auto.offset.reset": "earliest",
-        }
-    )
+    consumer = reader_consumer(settings, "reader")
     try:
         parts = partitions if partitions is not None else partitions_of(consumer, topic)
         consumer.assign(start_positions(consumer, topic, parts, from_offset, from_timestamp))
-        at_end: set[int] = set()
-        while follow or len(at_end) < len(parts):
-            for msg in consumer.consume(500, poll_timeout):
-                err = msg.error()
+        wanted = [(topic, p) for p in parts]
+        yield from consume_to_end(consumer, wanted, {}, follow=follow, poll_timeout=poll_timeout, batch=500)
+    finally:
+        consumer.close()
+
+
+def partition_extents(settings: Settings, topic: str, timeout: float = 30.0) -> dict[int, tuple[int, int]]:
+    """(first offset, high watermark) of each partition of a topic, as the fetch reports them.
+
+    Reads one small fetch per partition, not the partition: the watermark comes with it.
+    """
+    consumer = reader_consumer(settings, "extents", **{"max.partition.fetch.bytes": 1024})
+    try:
+        parts = partitions_of(consumer, topic)
+        consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in parts])
+        low: dict[int, int] = {}
+        found: dict[int, tuple[int, int]] = {}
+        deadline = time.monotonic() + timeout
+        while len(found) < len(parts):
+            if time.monotonic() > deadline:
+                raise InfraError(f"{topic}: no fetch answer for partitions {sorted(set(parts) - set(found))}")
+            for msg in consumer.consume(100, 0.2):
+                p, err = msg.partition(), msg.error()
+                if p in found:
+                    continue
                 if err is None:
-                    at_end.discard(msg.partition())
-                    yield msg
+                    low.setdefault(p, msg.offset())
+                    high = consumer.get_watermark_offsets(TopicPartition(topic, p), cached=True)[1]
+                    if high >= 0:
+                        found[p] = (low[p], high)
+                        consumer.pause([TopicPartition(topic, p)])
                 elif err.code() == KafkaError._PARTITION_EOF:
-                    at_end.add(msg.partition())
-                elif err.code() == KafkaError.OFFSET_OUT_OF_RANGE:
-                    raise InfraError(f"{topic}[{msg.partition()}]: offset out of range")
+                    found[p] = (low.get(p, msg.offset()), msg.offset())
                 elif not err.retriable():
-                    raise InfraError(f"reading {topic}: {err.str()}")
+                    raise InfraError(f"reading {topic}[{p}]: {err.str()}")
+        return found
     finally:
         consumer.close()

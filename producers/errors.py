@@ -2,15 +2,10 @@
 
 from __future__ import annotations
 
+# Raised by the producer helpers in `infra`; re-exported so that producers name them in one place.
+from infra.errors import FencedError as FencedError
+from infra.errors import PublishError as PublishError
 from schemas.errors import ConvdbError
-
-
-class PublishError(ConvdbError):
-    """A record was not made durable (broker unreachable past the deadline, or rejected)."""
-
-
-class FencedError(PublishError):
-    """A newer writer took over this transactional id: this writer must stop writing."""
 
 
 class SequenceGapError(ConvdbError):

@@ -18,6 +18,7 @@ from fastapi.responses import JSONResponse
 from consumers.api.deps import ApiContext
 from consumers.errors import QueryInputError
 from consumers.store import open_engine
+from infra.errors import PublishError
 from infra.settings import Settings
 from projections.errors import QueryError
 from schemas import make_codec
@@ -51,6 +52,7 @@ def create_app(settings: Settings, routers: Sequence[str] = ROUTERS) -> FastAPI:
     app.add_exception_handler(RequestValidationError, _bad_request)
     app.add_exception_handler(QueryError, _query_error)
     app.add_exception_handler(QueryInputError, _query_error)
+    app.add_exception_handler(PublishError, _unavailable)
     return app
 
 
@@ -58,11 +60,7 @@ def create_app(settings: Settings, routers: Sequence[str] = ROUTERS) -> FastAPI:
 async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
     yield
     ctx: ApiContext = app.state.ctx
-    for extra in ctx.extras.values():
-        close = getattr(extra, "close", None)
-        if close is not None:
-            close()
-    ctx.engine.dispose()
+    ctx.close()
 
 
 def _ensure_tables(url: str) -> None:
@@ -92,6 +90,10 @@ async def _bad_request(_request: Request, exc: Exception) -> JSONResponse:
         for e in errors
     ]
     return JSONResponse({"detail": "bad request: " + "; ".join(problems)}, status_code=400)
+
+
+async def _unavailable(_request: Request, exc: Exception) -> JSONResponse:
+    return JSONResponse({"detail": f"not acknowledged by the broker, retry later: {exc}"}, status_code=503)
 
 
 async def _query_error(_request: Request, exc: Exception) -> JSONResponse:

@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import threading
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Annotated, Any
+from typing import Annotated
 
 from fastapi import Depends, Header, HTTPException, Request
 from sqlalchemy.engine import Connection, Engine
 
+from infra.producer import Delivery, DurableProducer
 from infra.settings import Settings
-from schemas import Codec
+from schemas import AvroModel, Codec
+from schemas.topics import Topic
 
 
 @dataclass
@@ -20,8 +23,27 @@ class ApiContext:
     settings: Settings
     engine: Engine
     codec: Codec
-    extras: dict[str, Any] = field(default_factory=dict)
-    """Lazily built collaborators (e.g. the inbox producer), by name."""
+    _producer: DurableProducer | None = field(default=None, repr=False)
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def publish(self, records: Sequence[tuple[Topic, AvroModel]]) -> list[Delivery]:
+        """Publish records keyed by conversation, one after the other, each durable before the next.
+
+        Raises:
+            PublishError: not acknowledged in time (the app answers 503).
+        """
+        with self._lock:
+            if self._producer is None:
+                self._producer = DurableProducer(self.settings)
+        producer, ns = self._producer, self.settings.namespace
+        # `send` waits for each ack on its own: request threads share the producer.
+        return [producer.send(t.name(ns), r.conversation_id, self.codec.encode(r)) for t, r in records]  # type: ignore[attr-defined]
+
+    def close(self) -> None:
+        """Release the producer (flushing it) and the store."""
+        if self._producer is not None:
+            self._producer.close()
+        self.engine.dispose()
 
 
 def context(request: Request) -> ApiContext:

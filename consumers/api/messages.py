@@ -2,19 +2,15 @@
 
 from __future__ import annotations
 
-import threading
 import uuid
 from datetime import UTC, datetime
-from typing import Any
 
 import sqlalchemy as sa
-from confluent_kafka import KafkaError, Message, Producer
 from fastapi import APIRouter, HTTPException
 from pydantic import BaseModel, ConfigDict, Field
 
-from consumers.api.deps import ApiContext, Conn, Ctx, Tenant
+from consumers.api.deps import Conn, Ctx, Tenant
 from consumers.views.tables import conversations as views_table
-from infra.kafka import make_producer
 from schemas import InboxMessage
 from schemas.topics import INBOX
 
@@ -38,44 +34,6 @@ class Accepted(BaseModel):
     topic: str
     partition: int
     offset: int
-
-
-class _Inbox:
-    """One shared producer; `send` blocks until the broker acknowledged (acks=all)."""
-
-    def __init__(self, producer: Producer, topic: str, timeout: float) -> None:
-        self.producer, self.topic, self.timeout = producer, topic, timeout
-        self._lock = threading.Lock()
-
-    def send(self, key: str, value: bytes) -> tuple[int, int]:
-        result: dict[str, Any] = {}
-        done = threading.Event()
-
-        def delivered(err: KafkaError | None, msg: Message) -> None:
-            result.update(err=err, partition=msg.partition(), offset=msg.offset())
-            done.set()
-
-        with self._lock:
-            self.producer.produce(self.topic, value, key, on_delivery=delivered)
-        deadline = datetime.now(UTC).timestamp() + self.timeout
-        while not done.is_set() and datetime.now(UTC).timestamp() < deadline:
-            with self._lock:
-                self.producer.poll(0.05)
-        if not done.is_set() or result.get("err") is not None:
-            raise HTTPException(503, f"the inbox topic {self.topic} did not acknowledge: {result.get('err')}")
-        return result["partition"], result["offset"]
-
-    def close(self) -> None:
-        self.producer.flush(self.timeout)
-
-
-def _inbox(ctx: ApiContext) -> _Inbox:
-    if "inbox" not in ctx.extras:
-        topic = INBOX.name(ctx.settings.namespace)
-        ctx.extras["inbox"] = _Inbox(
-            make_producer(ctx.settings), topic, ctx.settings.kafka.delivery_timeout_s
-        )
-    return ctx.extras["inbox"]  # type: ignore[no-any-return]
 
 
 @router.post(
@@ -102,11 +60,11 @@ def post_message(
         content=body.content,
         sender=body.sender,
     )
-    partition, offset = _inbox(ctx).send(conversation_id, ctx.codec.encode(message))
+    (delivery,) = ctx.publish([(INBOX, message)])
     return Accepted(
         id=message.id,
         conversation_id=conversation_id,
-        topic=_inbox(ctx).topic,
-        partition=partition,
-        offset=offset,
+        topic=delivery.topic,
+        partition=delivery.partition,
+        offset=delivery.offset,
     )

@@ -17,7 +17,6 @@ from fastapi.concurrency import run_in_threadpool
 from pydantic import BaseModel, ConfigDict, Field
 
 from consumers.api.deps import Conn, Ctx, Tenant
-from consumers.api.receipts import publish_durable
 from consumers.effects import (
     conversation_status,
     counts_by_status,
@@ -105,8 +104,8 @@ async def resolve(operation_id: str, body: Resolve, tenant: Tenant, conn: Conn, 
         operation_id=operation_id,
     )
     # The decision is durable on the ledger before the runner is woken to act on it.
-    await run_in_threadpool(publish_durable, ctx, [(EFFECTS, resolved)])
-    await run_in_threadpool(publish_durable, ctx, [(INBOX, wake)])
+    await run_in_threadpool(ctx.publish, [(EFFECTS, resolved)])
+    await run_in_threadpool(ctx.publish, [(INBOX, wake)])
     return {"operation_id": operation_id, "decision": body.decision, "ledger_id": resolved.id}
 
 

@@ -9,53 +9,22 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
-import time
 import uuid
 from datetime import UTC, datetime
 from typing import Annotated, Any
 
-from confluent_kafka import KafkaError, KafkaException, Message, Producer
 from fastapi import APIRouter, Header, HTTPException, Request
 from fastapi.concurrency import run_in_threadpool
 from pydantic import ValidationError
 
-from consumers.api.deps import ApiContext, Ctx
-from infra.kafka import make_producer
-from schemas import AvroModel, Receipt
-from schemas.topics import RECEIPTS, Topic
+from consumers.api.deps import Ctx
+from schemas import Receipt
+from schemas.topics import RECEIPTS
 
 router = APIRouter(tags=["effects"])
 
 _RECEIPT_IDS = uuid.UUID("0b7f3c52-4a8e-4a55-8f61-7d0c2b9e5e21")
 REQUIRED = ("provider", "operation_id", "tenant_id", "provider_receipt", "status", "timestamp")
-
-
-def publish_durable(ctx: ApiContext, items: list[tuple[Topic, AvroModel]]) -> None:
-    """Publish records keyed by conversation and wait for the broker's acks; 503 if it fails."""
-    producer: Producer = ctx.extras.get("effects_producer") or ctx.extras.setdefault(
-        "effects_producer", make_producer(ctx.settings)
-    )
-    errors: list[str] = []
-    pending = [len(items)]
-
-    def delivered(err: KafkaError | None, _msg: Message) -> None:
-        pending[0] -= 1
-        if err is not None:
-            errors.append(err.str())
-
-    try:
-        for topic, record in items:
-            key = record.conversation_id  # type: ignore[attr-defined]
-            producer.produce(
-                topic.name(ctx.settings.namespace), ctx.codec.encode(record), key, on_delivery=delivered
-            )
-    except (KafkaException, BufferError) as exc:
-        raise HTTPException(503, f"cannot publish: {exc}") from exc
-    deadline = time.monotonic() + ctx.settings.kafka.delivery_timeout_s + 5
-    while pending[0] > 0 and time.monotonic() < deadline:
-        producer.flush(0.5)
-    if pending[0] > 0 or errors:
-        raise HTTPException(503, f"not acknowledged by the broker: {errors[:1] or 'timeout'}; retry later")
 
 
 def verify_signature(secret: str, body: bytes, header: str | None) -> bool:
@@ -122,5 +91,5 @@ async def post_receipt(
     if secret is None or not verify_signature(secret.get_secret_value(), body, x_convdb_signature):
         raise HTTPException(401, f"bad signature for provider {provider!r}")
     receipt = build_receipt(payload)
-    await run_in_threadpool(publish_durable, ctx, [(RECEIPTS, receipt)])
+    await run_in_threadpool(ctx.publish, [(RECEIPTS, receipt)])
     return {"receipt_id": receipt.id, "operation_id": receipt.operation_id}

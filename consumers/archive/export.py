@@ -21,9 +21,10 @@ from typing import Any, Literal
 from fastavro import writer
 
 from consumers.archive.container import RawRecord
-from consumers.archive.layout import partition_for
 from consumers.archive.reader import ArchiveReader
-from consumers.archive.sources import Segment, Window, kafka_extents, read_kafka
+from consumers.archive.sources import Segment, Window, read_kafka
+from infra.partitioner import partition_for
+from infra.reader import partition_extents
 from infra.settings import Settings
 from schemas import EVENT_TYPES, Codec, EventEnvelope
 from schemas.catalog import shipped_catalog
@@ -73,7 +74,7 @@ def from_records(conversation_id: str, records: Iterable[RawRecord], codec: Code
 def from_kafka(settings: Settings, conversation_id: str, codec: Codec) -> Trajectory:
     """The trajectory read from the conversation's partition of the events topic."""
     topic = EVENTS.name(settings.namespace)
-    extents = kafka_extents(settings, topic)
+    extents = partition_extents(settings, topic)
     p = partition_for(conversation_id, len(extents))
     low, high = extents[p]
     records = read_kafka(settings, [Segment(topic, p, "kafka", low, high)], Window())

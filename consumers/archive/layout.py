@@ -60,35 +60,3 @@ def parse_object_key(prefix: str, topic: str, partition: int, key: str) -> Objec
     if match is None:
         return None
     return ObjectRef(topic, partition, int(match.group(1)), int(match.group(2)), key)
-
-
-def murmur2(data: bytes) -> int:
-    """Kafka's murmur2 hash (the Java client's `Utils.murmur2`), as a signed 32-bit int."""
-    m, r, mask = 0x5BD1E995, 24, 0xFFFFFFFF
-    length = len(data)
-    h = (0x9747B28C ^ length) & mask
-    for i in range(0, length - length % 4, 4):
-        k = int.from_bytes(data[i : i + 4], "little")
-        k = (k * m) & mask
-        k ^= k >> r
-        k = (k * m) & mask
-        h = (h * m) & mask
-        h ^= k
-    tail = length % 4
-    base = length - tail
-    if tail == 3:
-        h ^= data[base + 2] << 16
-    if tail >= 2:
-        h ^= data[base + 1] << 8
-    if tail >= 1:
-        h ^= data[base]
-        h = (h * m) & mask
-    h ^= h >> 13
-    h = (h * m) & mask
-    h ^= h >> 15
-    return h - (1 << 32) if h & 0x80000000 else h
-
-
-def partition_for(key: str, partitions: int) -> int:
-    """The partition the producer's `murmur2_random` partitioner sends a key to."""
-    return (murmur2(key.encode()) & 0x7FFFFFFF) % partitions

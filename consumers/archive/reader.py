@@ -12,6 +12,7 @@ from consumers.archive.container import RawRecord, read_container
 from consumers.archive.errors import ArchiveError
 from consumers.archive.index import ObjectIndex
 from consumers.archive.target import ArchiveTarget
+from infra.partitioner import partition_for
 
 logger = logging.getLogger(__name__)
 
@@ -103,7 +104,7 @@ class ArchiveReader:
         self, topic: str, conversation_id: str, partitions: int
     ) -> list[layout.ObjectRef]:
         """The objects holding a conversation: its partition's sidecars only, all partitions if none match."""
-        home = layout.partition_for(conversation_id, partitions)
+        home = partition_for(conversation_id, partitions)
         found = self._matching(topic, [home], conversation_id)
         if not found:
             others = [p for p in self.partitions(topic) if p != home]

@@ -7,22 +7,19 @@ open: `[start, stop)`.
 
 from __future__ import annotations
 
-import time
-import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Literal
 
-from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartition
+from confluent_kafka import KafkaError, TopicPartition
 
 from consumers.archive.container import RawRecord
 from consumers.archive.errors import OffsetRangeError
 from consumers.archive.reader import ArchiveReader
 from consumers.archive.service import raw_record
 from infra.errors import InfraError
-from infra.kafka import common_config
-from infra.reader import partitions_of
+from infra.reader import partition_extents, reader_consumer
 from infra.settings import Settings
 
 Source = Literal["kafka", "archive", "auto"]
@@ -60,51 +57,6 @@ class Segment:
     stop: int
 
 
-def _reader_consumer(settings: Settings, **extra: object) -> Consumer:
-    return Consumer(
-        {
-            **common_config(settings),
-            "group.id": f"{settings.namespace}.replay-{uuid.uuid4().hex[:8]}",
-            "enable.auto.commit": False,
-            "enable.partition.eof": True,
-            "isolation.level": "read_committed",
-            "auto.offset.reset": "error",
-            **extra,
-        }
-    )
-
-
-def kafka_extents(settings: Settings, topic: str, timeout: float = 30.0) -> dict[int, tuple[int, int]]:
-    """(first offset, high watermark) of each partition, as the fetch reports them."""
-    consumer = _reader_consumer(settings, **{"max.partition.fetch.bytes": 1024})
-    try:
-        parts = partitions_of(consumer, topic)
-        consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in parts])
-        low: dict[int, int] = {}
-        found: dict[int, tuple[int, int]] = {}
-        deadline = time.monotonic() + timeout
-        while len(found) < len(parts):
-            if time.monotonic() > deadline:
-                raise InfraError(f"{topic}: no fetch answer for partitions {sorted(set(parts) - set(found))}")
-            for msg in consumer.consume(100, 0.2):
-                p, err = msg.partition(), msg.error()
-                if p in found:
-                    continue
-                if err is None:
-                    low.setdefault(p, msg.offset())
-                    high = consumer.get_watermark_offsets(TopicPartition(topic, p), cached=True)[1]
-                    if high >= 0:
-                        found[p] = (low[p], high)
-                        consumer.pause([TopicPartition(topic, p)])
-                elif err.code() == KafkaError._PARTITION_EOF:
-                    found[p] = (low.get(p, msg.offset()), msg.offset())
-                elif not err.retriable():
-                    raise InfraError(f"reading {topic}[{p}]: {err.str()}")
-        return found
-    finally:
-        consumer.close()
-
-
 def plan(
     settings: Settings, reader: ArchiveReader | None, topic: str, window: Window, source: Source
 ) -> list[Segment]:
@@ -114,7 +66,7 @@ def plan(
         OffsetRangeError: the start is gone from Kafka (and not archived), lies past every
             partition's end, or the archive and Kafka leave a gap.
     """
-    kafka = kafka_extents(settings, topic) if source != "archive" else {}
+    kafka = partition_extents(settings, topic) if source != "archive" else {}
     archived: dict[int, tuple[int, int] | None] = {}
     if source != "kafka":
         if reader is None:
@@ -202,7 +154,7 @@ def read_segments(
 
 def read_kafka(settings: Settings, segments: list[Segment], window: Window) -> Iterator[RawRecord]:
     """Records of Kafka segments; a time window starts each partition at `offsets_for_times`."""
-    consumer = _reader_consumer(settings)
+    consumer = reader_consumer(settings, "replay", **{"auto.offset.reset": "error"})
     try:
         starts = {(s.topic, s.partition): s.start for s in segments}
         stops = {(s.topic, s.partition): s.stop for s in segments}

@@ -14,8 +14,7 @@ from datetime import UTC, datetime
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
-from consumers.errors import ProduceError
-from infra.kafka import make_producer
+from infra.producer import DurableProducer
 from infra.settings import Settings
 from projections import titles
 from schemas import TitleEvent, make_codec
@@ -57,7 +56,7 @@ class TitleService:
             lambda model, prompt: litellm_complete(model, prompt, settings.llm.timeout_s)
         )
         self.codec = make_codec(settings.schema_registry_url)
-        self._producer = None
+        self._producer: DurableProducer | None = None
         self.calls = 0
 
     def make_titles(self, engine: Engine, conversation_ids: list[str]) -> list[str]:
@@ -109,14 +108,6 @@ class TitleService:
             model=self.model if origin == "llm" else None,
         )
         if self._producer is None:
-            self._producer = make_producer(self.settings)
-        errors: list[str] = []
-        self._producer.produce(
-            EVENTS.name(self.settings.namespace),
-            self.codec.encode(event),
-            conv,
-            on_delivery=lambda err, _msg: errors.append(err.str()) if err else None,
-        )
-        if self._producer.flush(self.settings.kafka.delivery_timeout_s) > 0 or errors:
-            raise ProduceError(f"TitleEvent for {conv} not delivered: {errors}")
+            self._producer = DurableProducer(self.settings)
+        self._producer.send(EVENTS.name(self.settings.namespace), conv, self.codec.encode(event))
         logger.info("published %s title for %s: %r", origin, conv, title)

@@ -11,7 +11,8 @@ from collections.abc import Sequence
 
 from confluent_kafka import Consumer, KafkaException, TopicPartition
 
-from producers.publisher import Delivery, TransactionalPublisher, _txn_error
+from infra.producer import transaction_error
+from producers.publisher import Delivery, TransactionalPublisher
 from schemas import AvroModel, EventEnvelope
 from schemas.topics import Topic
 
@@ -78,7 +79,7 @@ class PartitionSink:
         except KafkaException as exc:
             if exc.args[0].txn_requires_abort():
                 producer.abort_transaction(30)
-            raise _txn_error(self.publisher.transactional_id, "dead-letter commit", exc) from exc
+            raise transaction_error(self.publisher.transactional_id, "dead-letter commit", exc) from exc
         finally:
             self.publisher._pending.clear()  # noqa: SLF001 - delivered (or aborted) with the commit
         self._offset = None

@@ -1,4 +1,4 @@
-"""Pure parts of the archive: key layout, Kafka's murmur2, container determinism, the index."""
+"""Pure parts of the archive: key layout, container determinism, the index."""
 
 from __future__ import annotations
 
@@ -31,21 +31,6 @@ def test_start_after_bound_selects_objects_starting_at_or_after_an_offset() -> N
     keys = [layout.object_key("p", "t", 0, s, s + 4) for s in (0, 5, 10)]
     bound = layout.start_after("p", "t", 0, 5)
     assert [k for k in keys if k > bound] == keys[1:]
-
-
-@pytest.mark.parametrize(
-    ("key", "expected"),
-    [  # Kafka's UtilsTest.testMurmur2 vectors
-        ("21", -973932308),
-        ("foobar", -790332482),
-        ("a-little-bit-long-string", -985981536),
-        ("a-little-bit-longer-string", -1486304829),
-        ("lkjh234lh9fiuh90y23oiuhsafujhadof229phr9h19h89h8", -58897971),
-        ("abc", 479470107),
-    ],
-)
-def test_murmur2_matches_the_java_client(key: str, expected: int) -> None:
-    assert layout.murmur2(key.encode()) == expected
 
 
 def records(n: int, partition: int = 0, convs: int = 3) -> list[RawRecord]:

@@ -9,6 +9,7 @@ import pytest
 from consumers.archive import export, layout
 from consumers.archive.reader import ArchiveReader
 from consumers.archive.target import open_target
+from infra.partitioner import partition_for
 from infra.settings import Settings
 from producers.agent import Agent
 from producers.conversation import Conversation
@@ -64,7 +65,7 @@ def test_export_from_the_archive_equals_export_from_kafka_and_uses_the_index(s3_
     try:
         topic = settings.topic("events")
         refs = reader.conversation_objects(topic, "conv-3", settings.partitions)
-        home = layout.partition_for("conv-3", settings.partitions)
+        home = partition_for("conv-3", settings.partitions)
         assert refs and {r.partition for r in refs} == {home}
         all_refs = [r for p in range(settings.partitions) for r in reader.objects(topic, p)]
         assert len(refs) < len(all_refs)  # only the objects that hold it are read

@@ -19,7 +19,7 @@ def pg_base_url() -> str:
 
 
 def pg_unreachable_reason() -> str | None:
-    """None when PostgreSQL answers, else why not (the skip message says it)."""
+    """None when PostgreSQL answers, else why not."""
     import psycopg
 
     url = pg_base_url().replace("postgresql+psycopg://", "postgresql://")
@@ -28,6 +28,19 @@ def pg_unreachable_reason() -> str | None:
             return None
     except psycopg.Error as exc:
         return f"PostgreSQL at {url} is not reachable ({exc}); set CONVDB_TEST_PG_URL or start it"
+
+
+def require_pg() -> None:
+    """Fail (under CI) or skip (elsewhere, with the reason) when no PostgreSQL server answers.
+
+    CI starts PostgreSQL itself, so a missing server there is a broken run, never a green one.
+    """
+    reason = pg_unreachable_reason()
+    if reason is None:
+        return
+    if os.environ.get("CI"):
+        pytest.fail(f"{reason} (CI is set: the PostgreSQL suites must run)", pytrace=False)
+    pytest.skip(reason)
 
 
 def make_pg_schema() -> tuple[str, str]:
@@ -60,10 +73,8 @@ def sqlite_url(tmp_path: Path) -> str:
 
 @pytest.fixture
 def pg_url() -> Iterator[str]:
-    """A PostgreSQL store isolated in its own schema; skipped (with the reason) when no server answers."""
-    reason = pg_unreachable_reason()
-    if reason:
-        pytest.skip(reason)
+    """A PostgreSQL store isolated in its own schema; see `require_pg` when no server answers."""
+    require_pg()
     url, schema = make_pg_schema()
     try:
         yield url
