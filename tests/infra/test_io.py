@@ -1,5 +1,5 @@
 """The Kafka I/O helpers every package uses: durable and transactional producing, read to end,
-partitioning and the DLQ header contract, against the real broker."""
+partitioning and the DLQ header contract, on both broker kinds (Apache Kafka is the reference)."""
 
 from __future__ import annotations
 
@@ -19,6 +19,8 @@ from infra.reader import partition_extents, read_to_end
 from infra.settings import Settings
 from schemas.topics import EVENTS
 from tests.helpers import read_topic
+
+pytestmark = pytest.mark.brokers  # the tests that take a broker run on each kind
 
 
 @pytest.mark.parametrize(
@@ -87,7 +89,7 @@ def test_read_to_end_reads_multi_record_batches_to_the_fetch_reported_end(settin
     assert [m.value() for m in found[(topic, 1)].records] == [
         f"{b}-{i}".encode() for b in range(3) for i in range(5)
     ]
-    assert found[(topic, 1)].end == 15  # ListOffsets on the embedded broker says 11 here
+    assert found[(topic, 1)].end == 15  # ListOffsets on the embedded broker says 11 here (§1.5)
     assert (found[(topic, 0)].records, found[(topic, 0)].end) == ([], 0)
     tail = read_to_end(settings, [TopicPartition(topic, 1, 12)], keep=lambda m: m.key() == b"k0")
     assert [m.offset() for m in tail[(topic, 1)].records] == [12, 14]
