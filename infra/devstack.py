@@ -73,7 +73,9 @@ def resolve(settings: Settings) -> Settings:
     stack = read_stack(settings)
     if stack is None or not stack.alive:
         return settings
-    return stack.apply(settings)
+    # The dev stack is development by definition, whichever broker it runs.
+    dev = settings.dev if settings.dev is not None else True
+    return stack.apply(settings).model_copy(update={"dev": dev})
 
 
 def up(settings: Settings, *, persistent: bool = False, with_s3: bool = True) -> DevStack:

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Literal
+from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -148,6 +150,35 @@ class ApiSettings(Section):
     )
 
 
+class OpsSettings(Section):
+    """What a long-running service shows an operator: the ops HTTP endpoint and its logs."""
+
+    port: int | None = Field(
+        None,
+        description="Port of the ops endpoint (/healthz, /metrics) of runner, consumers, archive, "
+        "reconciler and API; None: no endpoint (the image sets 9100).",
+    )
+    host: str = Field("127.0.0.1", description="Address the ops endpoint binds to (0.0.0.0 in a container).")
+    stall_after_s: float = Field(
+        300.0,
+        description="/healthz answers 503 when the service's loop made no progress for this long "
+        "(longer than one agent step with its LLM and tool timeouts).",
+    )
+    log_format: Literal["text", "json"] = Field(
+        "text", description="Log lines as text, or one JSON object per line (conversation, tenant, trace)."
+    )
+    log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = Field(
+        "WARNING", description="Level of the service logs (`-v` on the command line means DEBUG)."
+    )
+
+
+SAMPLE_CREDENTIALS = frozenset(
+    {"dev-key", "sample-api-key-replace-me", "sample-receipt-secret-replace-me", "change-me"}
+)
+"""Credentials that ship in this repository (defaults, `infra/deploy/.env.example`): public, so a
+service refuses them unless development mode is on."""
+
+
 class Settings(BaseSettings):
     """Everything convdb can be configured with."""
 
@@ -177,6 +208,12 @@ class Settings(BaseSettings):
     api: ApiSettings = Field(default_factory=ApiSettings)
     runtime: RuntimeSettings = Field(default_factory=RuntimeSettings)
     reconciler: ReconcilerSettings = Field(default_factory=ReconcilerSettings)
+    ops: OpsSettings = Field(default_factory=OpsSettings)
+    dev: bool | None = Field(
+        None,
+        description="Development mode: accept the sample API key and receipt secret. None: on exactly "
+        "when the broker is the embedded one (the dev stack, `convdb demo`, tests on Tansu).",
+    )
     crash_at: str | None = Field(
         None, description="Fault injection: SIGKILL the runner at this named crash point (tests only)."
     )
@@ -199,6 +236,29 @@ class Settings(BaseSettings):
     def resolved_store_url(self) -> str:
         """The store URL, defaulting to a SQLite file under the data dir."""
         return self.store_url or f"sqlite:///{(self.data_dir / 'convdb.db').resolve()}"
+
+    @property
+    def dev_mode(self) -> bool:
+        """Whether sample credentials are acceptable (see `dev`)."""
+        return self.dev if self.dev is not None else self.kafka.embedded
+
+    def sample_credentials(self) -> list[str]:
+        """The settings that hold a credential published in this repository (see SAMPLE_CREDENTIALS).
+
+        Names only, never the secret values (the API key itself is public: it is a sample).
+        """
+        found = [f"CONVDB_API__KEYS ({key!r})" for key in self.api.keys if key in SAMPLE_CREDENTIALS]
+        found += [
+            f"CONVDB_API__RECEIPT_SECRETS ({name!r})"
+            for name, secret in self.api.receipt_secrets.items()
+            if secret.get_secret_value() in SAMPLE_CREDENTIALS
+        ]
+        s3_secret = self.s3.secret_access_key
+        if s3_secret is not None and s3_secret.get_secret_value() in SAMPLE_CREDENTIALS:
+            found.append("CONVDB_S3__SECRET_ACCESS_KEY")
+        if self.store_url and urlsplit(self.store_url).password in SAMPLE_CREDENTIALS:
+            found.append("the password in CONVDB_STORE_URL")
+        return found
 
     def with_broker(self, bootstrap_servers: str, *, embedded: bool) -> Settings:
         """A copy pointed at a broker (used once the embedded broker is up)."""

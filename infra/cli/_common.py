@@ -29,6 +29,16 @@ def require_broker(settings: Settings) -> Settings:
     return settings
 
 
+def refuse_sample_credentials(settings: Settings) -> None:
+    """Stop a service that would accept a credential published with convdb, unless in dev mode."""
+    found = settings.sample_credentials()
+    if found and not settings.dev_mode:
+        raise UsageError(
+            f"refusing to start: {', '.join(found)} is a sample credential published with convdb; "
+            "set your own (see infra/deploy/.env.example), or CONVDB_DEV=true for development"
+        )
+
+
 def iso_timestamp(text: str) -> datetime:
     """argparse type: an ISO-8601 time; naive times are UTC."""
     try:

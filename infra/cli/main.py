@@ -19,6 +19,7 @@ from schemas.errors import ConvdbError
 COMMAND_MODULES = (
     "infra.cli.dev",
     "infra.cli.topics",
+    "infra.cli.init",
     "infra.cli.tail",
     "infra.cli.run",
     "infra.cli.demo",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from infra.cli._common import load_settings, positive
+from infra.cli._common import load_settings, positive, refuse_sample_credentials
 
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -21,6 +21,7 @@ def _serve(args: argparse.Namespace) -> int:
     from consumers.api import create_app
 
     settings = load_settings()
+    refuse_sample_credentials(settings)
     app = create_app(settings)
     uvicorn.run(
         app,

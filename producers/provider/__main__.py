@@ -15,6 +15,7 @@ def main(argv: list[str] | None = None) -> int:
     """Parse arguments, serve until SIGTERM/SIGINT."""
     parser = argparse.ArgumentParser(prog="python -m producers.provider")
     parser.add_argument("--port", type=int, required=True)
+    parser.add_argument("--host", default="127.0.0.1", help="bind address (0.0.0.0 in a container)")
     parser.add_argument("--receipts-url", help="POST a signed receipt here after each issue")
     parser.add_argument("--provider-name", default="tracker")
     parser.add_argument("--receipt-secret", default="", help="HMAC-SHA256 key for receipts")
@@ -25,14 +26,14 @@ def main(argv: list[str] | None = None) -> int:
         if args.receipts_url
         else None
     )
-    server = make_server(args.port, ProviderState(receipts=receipts))
+    server = make_server(args.port, ProviderState(receipts=receipts), args.host)
 
     def stop(*_: object) -> None:
         threading.Thread(target=server.shutdown, daemon=True).start()
 
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
-    print(f"tracker ready on http://127.0.0.1:{args.port}", flush=True)
+    print(f"tracker ready on http://{args.host}:{args.port}", flush=True)
     server.serve_forever(poll_interval=0.2)
     server.server_close()
     return 0

@@ -206,6 +206,6 @@ def _post_receipt(target: ReceiptTarget, receipt: dict[str, Any], attempts: int 
             threading.Event().wait(0.2 * attempt)
 
 
-def make_server(port: int, state: ProviderState | None = None) -> TrackerServer:
-    """A tracker server bound to 127.0.0.1:port (not yet serving)."""
-    return TrackerServer(("127.0.0.1", port), state or ProviderState())
+def make_server(port: int, state: ProviderState | None = None, host: str = "127.0.0.1") -> TrackerServer:
+    """A tracker server bound to host:port (not yet serving)."""
+    return TrackerServer((host, port), state or ProviderState())
