@@ -201,3 +201,11 @@ def test_kubernetes_deployments_are_operable(deploycheck: DeployCheck) -> None:
             assert container[probe]["httpGet"]["path"] == "/healthz", f"{name} {probe}"
         assert set(container["resources"]) == {"requests", "limits"}, name
         assert {"cpu", "memory"} <= set(container["resources"]["limits"]), name
+
+
+def test_compose_runs_the_kafka_version_the_tests_prove(deploycheck: DeployCheck) -> None:
+    from infra.kafka_jars import KAFKA_VERSION
+
+    services = deploycheck.compose(COMPOSE, ENV_EXAMPLE, "*")["services"]
+    for name in ("kafka", "kafka-2", "kafka-3"):
+        assert services[name]["image"] == f"apache/kafka:{KAFKA_VERSION}", name
