@@ -16,19 +16,18 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING
 
 from producers import _records as rec
-from producers.effects import retry_allowed
 from producers.errors import EffectError, OutcomeUnknownError, ToolArgumentError
-from producers.tools.base import Tool, ToolResult
-from schemas import ActionEvent
+from producers.tools.base import Tool, ToolResult, ask_provider
+from projections import operation
+from projections.effects import backfill_observation
+from projections.settlement import settle as decide_settlement
+from schemas import ActionEvent, AvroModel, LedgerRecord
+from schemas._types import LedgerOrigin
 
 if TYPE_CHECKING:
     from producers.conversation import Conversation
 
 logger = logging.getLogger(__name__)
-
-MAX_ATTEMPTS = 3
-"""Provider calls per operation before an ambiguous outcome goes to a human."""
-
 
 class Outcome(enum.Enum):
     """How an action ended for now."""
@@ -82,7 +81,7 @@ def _call(conv: Conversation, tool: Tool, op: rec.Operation) -> ToolResult:
 
 def _attempt(conv: Conversation, action: ActionEvent, tool: Tool, args: dict) -> Outcome:
     state = conv.ledger.get(action.operation_id)
-    attempt = (state.attempts if state else 0) + 1
+    attempt = (state.attempt if state else 0) + 1
     conv.commit(lambda: [rec.started(conv, action, attempt)])
     conv.crash.hit("after_effect_started", tool.name)
     try:
@@ -101,18 +100,18 @@ def _finish(
     *,
     ledger: bool = True,
     backfilled: bool = False,
-    origin: str = "runner",
+    origin: LedgerOrigin = "runner",
 ) -> Outcome:
     """Publish the observation and (unless already recorded) the ledger outcome, together."""
 
     def build() -> list:
         records: list = [rec.observation(conv, action, result, backfilled=backfilled)]
         state = conv.ledger.get(action.operation_id)
-        if ledger and state is not None and state.open:
+        if ledger and state is not None and state.is_open:
             if result.is_error:
-                records.append(rec.failed(conv, action, result.content, origin=origin))  # type: ignore[arg-type]
+                records.append(rec.failed(conv, action, result.content, origin=origin))
             else:
-                records.append(rec.confirmed(conv, action, result, origin=origin))  # type: ignore[arg-type]
+                records.append(rec.confirmed(conv, action, result, origin=origin))
         return records
 
     conv.commit(build)
@@ -126,50 +125,65 @@ def settle(conv: Conversation, action: ActionEvent, reason: str) -> Outcome:
     if isinstance(prepared, ToolResult):
         return mark_unknown(conv, action, reason, f"cannot prepare a lookup: {prepared.content}")
     tool, args = prepared
-    state = conv.ledger.get(action.operation_id)
-    attempts = state.attempts if state else 0
-    op = rec.operation(conv, action, args, attempts)
-    provably_not_done = False
+    state = conv.ledger[action.operation_id]
+    lookup = None
     if tool.supports_lookup:
-        try:
-            found = tool.lookup(op)
-        except (OutcomeUnknownError, EffectError) as exc:
-            return mark_unknown(conv, action, reason, f"lookup failed: {exc}")
-        if found is not None:
-            return _finish(conv, action, found, backfilled=True, origin="lookup")
-        provably_not_done = True
-    if not retry_allowed(tool.effect_class, provably_not_done):
-        evidence = "lookup: not found" if tool.supports_lookup else f"{tool.name} has no lookup"
-        return mark_unknown(conv, action, reason, f"{evidence}; {attempts} attempt(s) started")
-    if attempts >= MAX_ATTEMPTS:
-        return mark_unknown(conv, action, reason, f"gave up after {attempts} attempts")
-    logger.info("retrying %s (attempt %d) with the same key", action.operation_id, attempts + 1)
-    return _attempt(conv, action, tool, args)
+        lookup = ask_provider(tool, rec.operation(conv, action, args, state.attempt))
+    verdict = decide_settlement(state, lookup)
+    if verdict.action == "confirm":
+        found = ToolResult(verdict.result, verdict.provider_receipt)
+        return backfill(conv, action, rec.confirmed(conv, action, found, origin="lookup"))
+    if verdict.action == "retry":
+        logger.info("retrying %s (attempt %d): %s", action.operation_id, state.attempt + 1, verdict.detail)
+        return _attempt(conv, action, tool, args)
+    return mark_unknown(conv, action, reason, verdict.detail)
 
 
 def mark_unknown(conv: Conversation, action: ActionEvent, reason: str, evidence: str) -> Outcome:
     """Record EffectUnknown once (never again if the ledger already says unknown)."""
     state = conv.ledger.get(action.operation_id)
-    if state is None or state.status != "unknown":
+    if state is not None and state.status != "unknown":
         conv.commit(lambda: [rec.unknown(conv, action, reason, evidence)])
     logger.warning("operation %s outcome unknown: %s (%s)", action.operation_id, reason, evidence)
     return Outcome.HUMAN
 
 
+def backfill(conv: Conversation, action: ActionEvent, *outcome: LedgerRecord) -> Outcome:
+    """Publish the missing observation of an operation whose outcome is known (or is recorded by
+    `outcome` in the same write): `projections.effects.backfill_observation` of its settled state."""
+    state = operation.fold(conv.ledger[action.operation_id], action)
+
+    def build() -> list[AvroModel]:
+        settled = state
+        for record in outcome:
+            settled = operation.fold(settled, record)
+        place = conv.place()
+        observation = backfill_observation(
+            settled, event_id=place.id, seq=place.seq, parent_id=place.parent_id, timestamp=place.timestamp
+        )
+        return [observation, *outcome]
+
+    conv.commit(build)
+    conv.crash.hit("after_observation", action.tool_name)
+    return Outcome.DONE
+
+
 def backfill_from_ledger(conv: Conversation, action: ActionEvent) -> Outcome:
-    """Publish the missing observation of an operation whose outcome is known."""
+    """Backfill from the ledger's outcome, or from a receipt (its outcome recorded with it)."""
     state = conv.ledger[action.operation_id]
     receipt = state.receipt
-    if state.status == "confirmed":
-        result = ToolResult(state.result or f"confirmed ({state.provider_receipt})", state.provider_receipt)
-        return _finish(conv, action, result, backfilled=True)
-    if state.status == "failed":
-        return _finish(conv, action, ToolResult(state.error, is_error=True), backfilled=True)
+    if state.status is not None and state.status.is_terminal:
+        return backfill(conv, action)
     if receipt is not None:
         result = ToolResult(
-            receipt.result or json.dumps({"receipt": receipt.provider_receipt}),
-            receipt.provider_receipt,
-            is_error=receipt.status == "failed",
+            receipt.result or json.dumps({"receipt": receipt.provider_receipt}), receipt.provider_receipt
         )
-        return _finish(conv, action, result, backfilled=True, origin="receipt")
+        # A receipt proves the call was made, so its proposal was durable: a ledger that lacks it
+        # was read from after it, and the proposal is recorded again (a no-op for every reader).
+        proposal = [rec.proposed(conv, action)] if state.status is None else []
+        if receipt.status == "failed":
+            outcome: LedgerRecord = rec.failed(conv, action, result.content, origin="receipt")
+        else:
+            outcome = rec.confirmed(conv, action, result, origin="receipt")
+        return backfill(conv, action, *proposal, outcome)
     raise ValueError(f"operation {action.operation_id} has no known outcome to backfill")

@@ -7,6 +7,7 @@ import uuid
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
+from producers.ledger import open_operations
 from producers.tools.base import Operation, ToolResult
 from schemas import (
     ActionEvent,
@@ -128,5 +129,5 @@ def snapshot(conv: Conversation) -> Snapshot:
         stats_json=json.dumps(conv.stats.as_dict()),
         secret_names=conv.secrets.names,
         inbox_offset=conv.inbox_offset,
-        open_operations=tuple(sorted(k for k, v in conv.ledger.items() if v.open)),
+        open_operations=tuple(open_operations(conv.ledger)),
     )

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 from producers import _actions
 from producers import _records as rec
 from producers._actions import Outcome
-from producers.effects import Step, next_step
+from projections.settlement import Step, next_step
 from schemas import ActionEvent, ObservationEvent
 from schemas._types import ExecutionStatus
 
@@ -69,7 +69,7 @@ def heal_ledger(conv: Conversation) -> None:
     for action in (e for e in conv.state.log if isinstance(e, ActionEvent)):
         state = conv.ledger.get(action.operation_id)
         obs = observed.get(action.id)
-        if state is None or not state.open or obs is None or state.status == "unknown":
+        if state is None or not state.is_open or obs is None or state.status == "unknown":
             continue
         result = _actions.ToolResult(obs.content, obs.provider_receipt, obs.is_error)
         records.append(

@@ -13,7 +13,7 @@ import uuid
 from collections import deque
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
-from typing import Any, TypeVar
+from typing import Any, NamedTuple, TypeVar
 
 from infra.settings import RuntimeSettings
 from producers import _actions, _recover, _run
@@ -22,7 +22,7 @@ from producers._stats import RunStats
 from producers.agent import Agent
 from producers.conversation_types import STUCK_REPEATS
 from producers.crashpoints import NO_CRASH, CrashPoints
-from producers.effects import OperationState, fold_ledger
+from producers.ledger import EMPTY, Ledger, fold_ledger
 from producers.llm import LLMClient
 from producers.secrets import SecretsRegistry
 from producers.sink import RecordSink
@@ -48,6 +48,15 @@ from schemas.topics import EFFECTS, EVENTS, STATE, Topic
 logger = logging.getLogger(__name__)
 
 E = TypeVar("E", bound=EventEnvelope)
+
+
+class Place(NamedTuple):
+    """Where an event goes in the conversation: its id, seq, parent and time."""
+
+    id: str
+    seq: int
+    parent_id: str | None
+    timestamp: datetime
 
 
 def topic_of(record: AvroModel) -> Topic:
@@ -77,7 +86,7 @@ class Conversation:
         crash: CrashPoints = NO_CRASH,
         state: ViewState | None = None,
         status: ExecutionStatus = "idle",
-        ledger: dict[str, OperationState] | None = None,
+        ledger: Ledger = EMPTY,
         prefix: Sequence[Event] = (),
     ) -> None:
         self.conversation_id = conversation_id
@@ -88,7 +97,7 @@ class Conversation:
         self.crash = crash
         self.state = state or initial(conversation_id)
         self.status: ExecutionStatus = status
-        self.ledger: dict[str, OperationState] = ledger if ledger is not None else {}
+        self.ledger: Ledger = ledger
         self.prefix = tuple(prefix)
         self.stats = RunStats()
         self.inbox_offset = -1
@@ -107,19 +116,26 @@ class Conversation:
     def new(self, cls: type[E], *, source: str, **fields: Any) -> E:
         """An event placed after the current leaf, with the next seq (call inside `commit`)."""
         with self._lock:
-            self._seq += 1
-            fields.setdefault("id", self.new_id())
-            event = cls(
+            place = self.place(fields.pop("id", None), fields.pop("parent_id", self._leaf))
+            return cls(
+                id=place.id,
                 conversation_id=self.conversation_id,
                 tenant_id=self.tenant_id,
-                seq=self._seq,
-                timestamp=datetime.now(UTC),
+                seq=place.seq,
+                timestamp=place.timestamp,
                 source=source,
-                parent_id=fields.pop("parent_id", self._leaf),
+                parent_id=place.parent_id,
                 **fields,
             )
-            self._leaf = event.id
-            return event
+
+    def place(self, event_id: str | None = None, parent_id: str | None = None) -> Place:
+        """Reserve the next position (seq, after the current leaf unless `parent_id` says otherwise)
+        for an event built elsewhere (call inside `commit`)."""
+        with self._lock:
+            self._seq += 1
+            place = Place(event_id or self.new_id(), self._seq, parent_id or self._leaf, datetime.now(UTC))
+            self._leaf = place.id
+            return place
 
     # -- writes ---------------------------------------------------------------------
     def commit(self, build: Callable[[], Sequence[AvroModel]]) -> list[AvroModel]:
@@ -136,7 +152,7 @@ class Conversation:
                 if isinstance(record, EventEnvelope):
                     self.state = fold(self.state, record)  # type: ignore[arg-type]
                 elif isinstance(record, LedgerRecord):
-                    fold_ledger(self.ledger, record)
+                    self.ledger = fold_ledger(self.ledger, record)
             for record, delivery in zip(records, deliveries, strict=False):
                 if isinstance(record, EventEnvelope) and delivery.offset >= 0:
                     self.events_position = (delivery.partition, delivery.offset + 1)

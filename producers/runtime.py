@@ -9,8 +9,8 @@ from infra.settings import Settings
 from producers.agent import Agent
 from producers.conversation import Conversation
 from producers.crashpoints import NO_CRASH, CrashPoints
-from producers.effects import OperationState, fold_ledger, with_receipt
 from producers.history import History, load_history
+from producers.ledger import EMPTY, fold_ledger
 from producers.llm import LLMClient
 from producers.secrets import SecretsRegistry
 from producers.sink import RecordSink
@@ -56,11 +56,9 @@ class Runtime:
     def restore(self, conversation_id: str, history: History) -> Conversation:
         """A Conversation whose view, status and ledger are folded from `history`."""
         state = fold_all(initial(conversation_id), history.events)
-        ledger: dict[str, OperationState] = {}
-        for record in history.ledger:
-            fold_ledger(ledger, record)
-        for receipt in history.receipts:
-            with_receipt(ledger, receipt)
+        ledger = EMPTY
+        for record in [*history.ledger, *history.receipts]:
+            ledger = fold_ledger(ledger, record)
         conv = Conversation(
             conversation_id,
             state.tenant_id or "",

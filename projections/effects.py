@@ -1,11 +1,12 @@
-"""The pure state machine of one operation (DESIGN §1 Operation, §6, §7).
+"""The effects projection: the reconciler's decisions and the backfilled observation (DESIGN §7, §8).
 
-Inputs are data: effect-ledger records, Action/Observation events, provider receipts, lookup
-answers and the current time (a deadline tick). `fold` folds the first three into an
-`OperationState` (state machine as data: `TRANSITIONS`); `decide` (on a tick) and `on_lookup`
-return the ledger transitions to publish. An emitted transition's id is derived from
-operation_id + transition, so the re-emission of an at-least-once reconciler after a crash is
-the *same* record, and readers, who remember the ids they applied, drop it.
+The state machine itself is `projections.operation` (re-exported here): `fold` folds ledger
+records, Action/Observation events and provider receipts into an `OperationState`. This module
+adds what the reconciler does with it: `decide` (on a deadline tick) and `on_lookup` return the
+ledger transitions to publish, with the rules of `projections.settlement`. An emitted
+transition's id is derived from operation_id + transition, so the re-emission of an
+at-least-once reconciler after a crash is the *same* record, and readers, who remember the ids
+they applied, drop it.
 
 Backfilled observations: seq belongs to the conversation's single writer, so the reconciler
 never appends to a conversation's chain. It publishes EffectConfirmed(origin=receipt|lookup)
@@ -15,25 +16,26 @@ ObservationEvent (`backfill_observation`) with the next seq.
 
 from __future__ import annotations
 
-from datetime import datetime
+import uuid
+from dataclasses import dataclass
+from datetime import datetime, timedelta
 
-from projections._effect_state import (
-    RETRY_SAFE,
+from pydantic import BaseModel, ConfigDict
+
+from projections.errors import IllegalTransitionError
+from projections.operation import (
     TRANSITIONS,
-    Decision,
-    LookupResult,
     OperationState,
     OperationStatus,
     ReceiptEvidence,
-    ReconcilePolicy,
     Transition,
     fold,
     initial,
     operation_id_of,
-    transition_id,
     transition_of,
 )
-from projections.errors import IllegalTransitionError
+from projections.settlement import RETRY_SAFE, LookupResult, Verdict, settle
+from schemas._types import LedgerOrigin
 from schemas.events import ObservationEvent
 from schemas.records import EffectConfirmed, EffectFailed, EffectResolved, EffectUnknown, LedgerRecord
 
@@ -54,12 +56,39 @@ __all__ = [
     "initial",
     "on_lookup",
     "operation_id_of",
+    "outcome_text",
     "transition_id",
     "transition_of",
 ]
 
 RECONCILER = "reconciler"
 """`resolved_by` of the reconciler's own decisions."""
+
+_ID_NAMESPACE = uuid.UUID("6f1c8f0e-7d1b-4c35-9a43-2f5e0c3b8a11")
+
+
+class ReconcilePolicy(BaseModel):
+    """How patient the reconciler is; passed in as data."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    receipt_grace: timedelta = timedelta(seconds=2)
+    """How long a receipt waits for the runner's own confirmation before it is acted on."""
+    max_lookups: int = 3
+    """Lookups that may answer 'unknown' before the reconciler decides without the provider."""
+
+
+@dataclass(frozen=True)
+class Decision:
+    """What a tick asks for: transitions to publish, and/or a lookup of the provider."""
+
+    emit: tuple[LedgerRecord, ...] = ()
+    lookup: bool = False
+
+
+def transition_id(operation_id: str, key: str) -> str:
+    """The id of the reconciler's transition `key` for an operation (same input, same id)."""
+    return str(uuid.uuid5(_ID_NAMESPACE, f"{operation_id}#{key}"))
 
 
 def decide(state: OperationState, now: datetime, policy: ReconcilePolicy, *, has_resolver: bool) -> Decision:
@@ -74,11 +103,7 @@ def decide(state: OperationState, now: datetime, policy: ReconcilePolicy, *, has
         return Decision()
     if has_resolver:
         return Decision(lookup=True)
-    if state.effect_class in RETRY_SAFE:
-        note = f"no outcome by the deadline; a {state.effect_class} retry cannot duplicate it"
-        return Decision(emit=(_retry(state, now, note),))
-    reason = "no receipt or observation by the deadline, and the tool has no lookup"
-    return Decision(emit=(_unknown(state, now, reason, _evidence(state)),))
+    return Decision(emit=_emit(state, settle(state, None), now, "no receipt or observation by the deadline"))
 
 
 def on_lookup(
@@ -91,16 +116,30 @@ def on_lookup(
     """The transitions a lookup answer leads to; `failures` counts earlier 'unknown' answers."""
     if state.status is not OperationStatus.EXECUTING:
         return ()  # settled while the lookup ran
-    if result.outcome == "found":
-        return (_confirmed(state, now, "lookup", result.provider_receipt, result.result),)
-    if result.outcome == "not_found":
-        return (_retry(state, now, f"lookup: provider never saw the operation {result.detail}".strip()),)
-    if failures + 1 < policy.max_lookups:
+    verdict = settle(state, result, may_ask_again=failures + 1 < policy.max_lookups)
+    why = "the provider cannot tell whether it happened" if result.outcome == "unknown" else "lookup"
+    return _emit(state, verdict, now, why, lookups=failures + 1)
+
+
+def _emit(
+    state: OperationState, verdict: Verdict, now: datetime, why: str, lookups: int = 0
+) -> tuple[LedgerRecord, ...]:
+    if verdict.action == "confirm":
+        return (_confirmed(state, now, "lookup", verdict.provider_receipt, verdict.result),)
+    if verdict.action == "retry":
+        return (_retry(state, now, verdict.detail),)
+    if verdict.action == "ask_again":
         return ()
-    if state.effect_class in RETRY_SAFE:
-        return (_retry(state, now, f"lookup failed {failures + 1}x; retry is safe: {result.detail}"),)
-    evidence = f"{_evidence(state)}; lookup failed {failures + 1}x: {result.detail}"
-    return (_unknown(state, now, "the provider cannot tell whether it happened", evidence),)
+    tried = f" ({lookups} lookup(s))" if lookups else ""
+    reason = f"{why}{tried}; {verdict.detail}"
+    return (_unknown(state, now, reason, f"{_evidence(state)}; {verdict.detail}"),)
+
+
+def outcome_text(state: OperationState) -> str:
+    """What a settled operation's observation says: the result, the error, or the resolution's note."""
+    if state.status is OperationStatus.FAILED:
+        return state.error or state.note or "failed"
+    return state.result or state.note or f"confirmed ({state.provider_receipt})"
 
 
 def backfill_observation(
@@ -115,7 +154,6 @@ def backfill_observation(
         raise IllegalTransitionError(
             f"operation {state.operation_id}: cannot backfill an observation while {state.status}"
         )
-    failed = state.status is OperationStatus.FAILED
     return ObservationEvent(
         id=event_id,
         conversation_id=state.conversation_id,
@@ -127,8 +165,8 @@ def backfill_observation(
         action_id=state.action_id,
         tool_name=state.tool_name,
         tool_call_id=state.tool_call_id,
-        content=state.error if failed else state.result,
-        is_error=failed,
+        content=outcome_text(state),
+        is_error=state.status is OperationStatus.FAILED,
         provider_receipt=state.provider_receipt,
         backfilled=True,
     )
@@ -150,39 +188,42 @@ def _from_receipt(state: OperationState, now: datetime) -> LedgerRecord:
         return _confirmed(
             state, now, "receipt", receipt and receipt.provider_receipt, receipt and receipt.result
         )
-    return EffectFailed(
-        **_base(state, "failed", now),  # type: ignore[arg-type]
-        error=f"provider {receipt.provider} receipt {receipt.provider_receipt}: failed {receipt.result}",
-        origin="receipt",
-    )
+    error = f"provider {receipt.provider} receipt {receipt.provider_receipt}: failed {receipt.result}"
+    return EffectFailed.model_validate({**_base(state, "failed", now), "error": error, "origin": "receipt"})
 
 
 def _confirmed(
-    state: OperationState, now: datetime, origin: str, receipt: str | None, result: str | None
+    state: OperationState, now: datetime, origin: LedgerOrigin, receipt: str | None, result: str | None
 ) -> EffectConfirmed:
-    return EffectConfirmed(
-        **_base(state, "confirmed", now),  # type: ignore[arg-type]
-        provider_receipt=receipt,
-        result=result or "",
-        origin=origin,  # type: ignore[arg-type]
+    return EffectConfirmed.model_validate(
+        {
+            **_base(state, "confirmed", now),
+            "provider_receipt": receipt,
+            "result": result or "",
+            "origin": origin,
+        }
     )
 
 
 def _retry(state: OperationState, now: datetime, note: str) -> EffectResolved:
-    return EffectResolved(
-        **_base(state, f"retry@{state.attempt}", now),  # type: ignore[arg-type]
-        decision="retry",
-        resolved_by=RECONCILER,
-        note=note,
+    return EffectResolved.model_validate(
+        {
+            **_base(state, f"retry@{state.attempt}", now),
+            "decision": "retry",
+            "resolved_by": RECONCILER,
+            "note": note,
+        }
     )
 
 
 def _unknown(state: OperationState, now: datetime, reason: str, evidence: str) -> EffectUnknown:
-    return EffectUnknown(
-        **_base(state, f"unknown@{state.attempt}", now),  # type: ignore[arg-type]
-        reason=reason,
-        evidence=evidence,
-        origin="reconciler",
+    return EffectUnknown.model_validate(
+        {
+            **_base(state, f"unknown@{state.attempt}", now),
+            "reason": reason,
+            "evidence": evidence,
+            "origin": "reconciler",
+        }
     )
 
 

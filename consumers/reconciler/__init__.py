@@ -2,14 +2,14 @@
 
 from consumers.reconciler.app import CHANGELOG, INPUTS, build_app, faust_config
 from consumers.reconciler.core import Reconciler
-from consumers.reconciler.resolvers import Resolver, TrackerResolver, load_resolvers
+from consumers.reconciler.resolvers import Resolver, ResolverUnavailableError, load_resolvers
 
 __all__ = [
     "CHANGELOG",
     "INPUTS",
     "Reconciler",
     "Resolver",
-    "TrackerResolver",
+    "ResolverUnavailableError",
     "build_app",
     "faust_config",
     "load_resolvers",

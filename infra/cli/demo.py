@@ -22,8 +22,8 @@ from infra.cli._demo_read import archive_proof, demo_settings, read_through_api,
 from infra.cli.run import broker_for
 from infra.reader import read_topic
 from infra.settings import Settings
-from producers.effects import OperationState, fold_ledger
 from producers.inbox import InboxRunner
+from producers.ledger import EMPTY, fold_ledger
 from producers.provider.process import ProviderProcess
 from producers.runner import build_runtime
 from producers.status import STOP_STATUSES
@@ -80,9 +80,9 @@ def _events_section(parts: DemoParts) -> dict[str, Any]:
 
 
 def _effects_section(parts: DemoParts) -> dict[str, Any]:
-    ops: dict[str, OperationState] = {}
+    ops = EMPTY
     for record in parts.ledger:
-        fold_ledger(ops, record)
+        ops = fold_ledger(ops, record)
     return {"effects": dict(sorted(Counter(op.status for op in ops.values()).items()))}
 
 

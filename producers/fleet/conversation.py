@@ -10,7 +10,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
 from producers.conversation import Conversation
-from producers.effects import fold_ledger
+from producers.ledger import fold_ledger
 from producers.publisher import Delivery
 from schemas import AvroModel, EffectProposed, EventEnvelope, LedgerRecord, LLMUsageEvent, Snapshot
 
@@ -71,7 +71,7 @@ class FleetConversation(Conversation):
 
     def book_ledger(self, offset: int, record: LedgerRecord) -> None:
         """Fold a ledger record read back at `offset` (restore)."""
-        fold_ledger(self.ledger, record)
+        self.ledger = fold_ledger(self.ledger, record)
         self.effects_position = max(self.effects_position, offset + 1)
         if isinstance(record, EffectProposed):
             self.proposal_offsets[record.operation_id] = offset
@@ -79,7 +79,7 @@ class FleetConversation(Conversation):
     def refold_offset(self) -> int | None:
         """Effects offset a restore must fold from: the oldest proposal of an operation still open."""
         observed = {a.operation_id for a in self.unobserved_actions()}
-        ops = {k for k, v in self.ledger.items() if v.open or k in observed}
+        ops = {k for k, v in self.ledger.items() if v.is_open or k in observed}
         if not ops:
             return None
         known = [self.proposal_offsets[o] for o in ops if o in self.proposal_offsets]

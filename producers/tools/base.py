@@ -10,7 +10,8 @@ from typing import Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from producers.errors import ToolArgumentError
+from producers.errors import EffectError, ToolArgumentError
+from projections.settlement import LookupResult
 from schemas._types import EffectClass
 
 
@@ -92,9 +93,20 @@ class Tool(BaseModel):
     def lookup(self, operation: Operation) -> ToolResult | None:
         """Ask the provider what happened: the result, None when provably not done.
 
-        Raises `OutcomeUnknownError` when the provider cannot tell.
+        Raises `EffectError` (or `OutcomeUnknownError`) when the provider cannot tell.
         """
         raise NotImplementedError(f"{self.name} has no lookup")
+
+
+def ask_provider(tool: Tool, operation: Operation) -> LookupResult:
+    """`tool.lookup` as the answer the runtime's settle and the reconciler's resolvers share."""
+    try:
+        found = tool.lookup(operation)
+    except EffectError as exc:
+        return LookupResult(outcome="unknown", detail=str(exc))
+    if found is None:
+        return LookupResult(outcome="not_found", detail="(provider: no such key)")
+    return LookupResult(outcome="found", provider_receipt=found.provider_receipt, result=found.content)
 
 
 def find_tool(tools: tuple[Tool, ...], name: str) -> Tool:

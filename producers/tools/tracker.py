@@ -2,18 +2,18 @@
 
 from __future__ import annotations
 
-import http.client
 import json
-import urllib.error
-import urllib.parse
-import urllib.request
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
+import httpx
 from pydantic import Field
 
+from infra.settings import Settings
 from producers.errors import EffectError, OutcomeUnknownError
-from producers.tools.base import Operation, Tool, ToolArgs, ToolResult
+from producers.tools.base import Operation, Tool, ToolArgs, ToolResult, ask_provider
+from projections.operation import OperationState
+from projections.settlement import LookupResult
 from schemas._types import EffectClass
 
 
@@ -43,29 +43,18 @@ def _call(
     method: str, url: str, timeout: float, body: Any = None, headers: dict[str, str] | None = None
 ) -> Response:
     """One HTTP request, with transport errors sorted into not-done and unknown."""
-    data = None if body is None else json.dumps(body).encode()
-    request = urllib.request.Request(url, data=data, method=method, headers=dict(headers or {}))
-    if data is not None:
-        request.add_header("Content-Type", "application/json")
     try:
-        with urllib.request.urlopen(request, timeout=timeout) as answer:
-            return Response(answer.status, _json(answer.read()))
-    except urllib.error.HTTPError as exc:
-        return Response(exc.code, _json(exc.read()))
-    except urllib.error.URLError as exc:
-        if isinstance(exc.reason, ConnectionRefusedError):
-            # The request never reached the provider: provably not done.
-            raise EffectError(f"{method} {url}: cannot connect: {exc.reason}", retryable=True) from exc
-        raise OutcomeUnknownError(f"{method} {url}: no answer ({exc.reason})") from exc
-    except (OSError, http.client.HTTPException) as exc:
+        answer = httpx.request(method, url, json=body, headers=headers, timeout=timeout)
+    except httpx.ConnectError as exc:
+        # The request never reached the provider: provably not done.
+        why = f"{type(exc).__name__}: {exc}"
+        raise EffectError(f"{method} {url}: cannot connect ({why})", retryable=True) from exc
+    except httpx.HTTPError as exc:
         raise OutcomeUnknownError(f"{method} {url}: no answer ({type(exc).__name__}: {exc})") from exc
-
-
-def _json(raw: bytes) -> Any:
     try:
-        return json.loads(raw or b"null")
-    except json.JSONDecodeError:
-        return None
+        return Response(answer.status_code, answer.json())
+    except ValueError:
+        return Response(answer.status_code, None)
 
 
 def _check(response: Response, what: str) -> dict[str, Any]:
@@ -102,7 +91,7 @@ class CreateIssueTool(Tool):
 
     def lookup(self, operation: Operation) -> ToolResult | None:
         """GET /issues/by-key: the issue, or None when the tracker never saw this key."""
-        url = f"{self.base_url}/issues/by-key?{urllib.parse.urlencode({'key': operation.operation_id})}"
+        url = str(httpx.URL(f"{self.base_url}/issues/by-key", params={"key": operation.operation_id}))
         response = _call("GET", url, self.timeout_s)
         if response.status == 404:
             return None
@@ -134,3 +123,36 @@ class NotifyTool(Tool):
         response = _call("POST", url, self.timeout_s, operation.arguments, headers)
         body = _check(response, f"notify {operation.operation_id}")
         return ToolResult(f"notification {body.get('id')} sent", provider_receipt=f"note-{body.get('id')}")
+
+
+class TrackerResolver:
+    """The reconciler's resolver for `create_issue`: the tool's own lookup (one implementation).
+
+    Registered in the `convdb.resolvers` entry-point group through `tracker_resolver`.
+    """
+
+    def __init__(self, settings: Settings) -> None:
+        url = settings.reconciler.resolver_urls.get("tracker")
+        if not url:
+            raise ValueError(
+                'tracker resolver: set CONVDB_RECONCILER__RESOLVER_URLS=\'{"tracker": "http://..."}\''
+            )
+        self.tool = CreateIssueTool(base_url=url.rstrip("/"), timeout_s=settings.reconciler.lookup_timeout_s)
+
+    def lookup(self, operation: OperationState) -> LookupResult:
+        """The issue created under this operation's idempotency key, if any."""
+        op = Operation(
+            operation_id=operation.operation_id,
+            conversation_id=operation.conversation_id,
+            tenant_id=operation.tenant_id,
+            action_id=operation.action_id,
+            tool_name=operation.tool_name,
+            arguments={},
+            attempt=operation.attempt,
+        )
+        return ask_provider(self.tool, op)
+
+
+def tracker_resolver(settings: Settings) -> TrackerResolver | None:
+    """The tracker resolver, or None when no tracker URL is configured here (it is then skipped)."""
+    return TrackerResolver(settings) if settings.reconciler.resolver_urls.get("tracker") else None

@@ -7,13 +7,14 @@ from datetime import UTC, datetime
 
 import pytest
 
-from producers.effects import OperationState, Step, fold_ledger, next_step, retry_allowed
 from producers.errors import IllegalTransitionError
 from producers.history import murmur2, partition_for
+from producers.ledger import EMPTY, fold_ledger
 from producers.messages import to_messages
 from producers.scripted import parse_plan, scripted_turn
 from producers.secrets import SecretsRegistry
 from producers.status import check_transition
+from projections.settlement import Step, may_retry, next_step
 from schemas import (
     ActionEvent,
     AgentErrorEvent,
@@ -78,18 +79,19 @@ def ledger(kind: type, **fields: object) -> object:
 
 
 def test_ledger_fold_and_recovery_steps() -> None:
-    ops: dict[str, OperationState] = {}
+    ops = EMPTY
     assert next_step(None) is Step.EXECUTE
-    fold_ledger(ops, ledger(EffectProposed, action_id="a", tool_name="notify", intent_hash="h",
-                            effect_class="irreversible", reconcile_after=datetime.now(UTC)))  # fmt: skip
+    proposed = ledger(EffectProposed, action_id="a", tool_name="notify", intent_hash="h",
+                      effect_class="irreversible", reconcile_after=datetime.now(UTC))  # fmt: skip
+    ops = fold_ledger(ops, proposed)
     assert next_step(ops["c/a"]) is Step.EXECUTE
-    fold_ledger(ops, ledger(EffectStarted, attempt=1))
+    ops = fold_ledger(ops, ledger(EffectStarted, attempt=1))
     assert next_step(ops["c/a"]) is Step.SETTLE
-    fold_ledger(ops, ledger(EffectUnknown, reason="?"))
-    fold_ledger(ops, ledger(EffectUnknown, reason="again"))  # a repeated transition changes nothing
+    ops = fold_ledger(ops, ledger(EffectUnknown, reason="?"))
+    ops = fold_ledger(ops, ledger(EffectUnknown, reason="again"))  # a repeated transition changes nothing
     assert ops["c/a"].status == "unknown" and next_step(ops["c/a"]) is Step.WAIT_HUMAN
-    assert retry_allowed("keyed", False) and retry_allowed("idempotent", False)
-    assert not retry_allowed("irreversible", False) and retry_allowed("irreversible", True)
+    assert may_retry("keyed", False) and may_retry("idempotent", False)
+    assert not may_retry("irreversible", False) and may_retry("irreversible", True)
 
 
 def test_secrets_are_redacted_and_revealed() -> None:

@@ -88,11 +88,18 @@ def test_illegal_transition_is_rejected_for_the_dlq(engine: sa.Engine) -> None:
     apply(engine, [r for _, r in records] + [confirmed])
     from schemas import EffectStarted
 
+    # A transition of an operation nobody proposed is data no writer produces: the DLQ.
+    stray = EffectStarted(
+        id="s8", operation_id="c2/never", conversation_id="c2", tenant_id="acme", timestamp=now()
+    )
+    with pytest.raises(RecordsRejectedError, match="started is not allowed when not proposed"):
+        apply(engine, [stray], start=5)
+    # A late attempt after the outcome (a runner that had not seen it) is not poison: no change.
     restart = EffectStarted(id="s9", operation_id=op, conversation_id="c2", tenant_id="acme", timestamp=now())
-    with pytest.raises(RecordsRejectedError, match="started is not allowed when confirmed"):
-        apply(engine, [restart], start=5)
+    apply(engine, [restart], start=6)
     with engine.connect() as conn:
         assert get_operation(conn, op).status == "confirmed"  # type: ignore[union-attr]
+        assert get_operation(conn, "c2/never") is None
 
 
 def test_three_separate_states_per_conversation(engine: sa.Engine) -> None:

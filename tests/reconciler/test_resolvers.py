@@ -6,9 +6,10 @@ from pathlib import Path
 
 import httpx
 
-from consumers.reconciler import TrackerResolver, load_resolvers
+from consumers.reconciler import load_resolvers
 from infra.procs import free_port
 from infra.settings import Settings
+from producers.tools.tracker import TrackerResolver
 from projections.effects import initial
 from tests.reconciler.conftest import start_provider
 

@@ -1,11 +1,15 @@
-"""Operation state and its fold: the data half of `projections.effects` (see there)."""
+"""The one state machine of an operation (DESIGN §1 Operation, §6, §7): states, transitions, fold.
+
+The runtime's resume, the reconciler and the effects read side fold the same records with this
+module, so they cannot disagree on whether an action may run again. Transitions are data
+(`TRANSITIONS`). What to do with an operation that has no outcome (the retry rule, the attempt
+cap, the recovery step) is in `projections.settlement`, written once for the same users.
+"""
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Mapping
-from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import datetime
 from enum import StrEnum
 from typing import Literal
 
@@ -37,7 +41,7 @@ class OperationStatus(StrEnum):
 
     @property
     def is_terminal(self) -> bool:
-        """Confirmed and failed never change; unknown waits for evidence or a human."""
+        """Settled: never executed again. Failed still yields to proof of success (see TRANSITIONS)."""
         return self in (OperationStatus.CONFIRMED, OperationStatus.FAILED)
 
 
@@ -55,42 +59,59 @@ Transition = Literal[
 ]  # fmt: skip
 """What a ledger record asks for; `resolved:*` carries the decision."""
 
+_ALL: tuple[Transition, ...] = (
+    "proposed", "started", "confirmed", "failed", "unknown",
+    "resolved:confirmed", "resolved:failed", "resolved:retry",
+)  # fmt: skip
+
+# Only the conversation's single writer proposes, and it proposes again only when it did not
+# read its own earlier proposal (a restore whose tail starts after it). The intent is the same
+# (operation_id names the action), so a repeated proposal changes nothing: going back to
+# `proposed` would hide an attempt in flight from the deadline and let resume run it again.
+_REPEATED_PROPOSAL = {(s, "proposed"): s for s in (P, E, U, C, F)}
+
+# Records arriving after an outcome come from writers that had not seen it yet (the at-least-once
+# reconciler, a runner that restored before the reconciler's record, a human deciding on a
+# lagging read model). They are not poison, so they are legal, and they do not change the outcome.
+# Except proof of success: an effect that happened cannot be undone by an earlier error report,
+# so a receipt, a lookup or a human saying "confirmed" turns `failed` into `confirmed`
+# (otherwise provider mutations would not equal confirmed operations).
+_SETTLED = {(C, t): C for t in _ALL} | {(F, t): F for t in _ALL}
+_SETTLED |= {(F, "confirmed"): C, (F, "resolved:confirmed"): C}
+
 TRANSITIONS: Mapping[tuple[OperationStatus | None, Transition], OperationStatus] = {
     (None, "proposed"): P,
+    **_REPEATED_PROPOSAL,
+    **_SETTLED,
     (P, "started"): E,
     (P, "confirmed"): C,  # a receipt can prove a call whose EffectStarted is still in flight
     (P, "failed"): F,
-    (P, "unknown"): U,
+    (P, "unknown"): U,  # a decision taken on `executing` before a retry was approved: a human looks
     (P, "resolved:retry"): P,  # the runner records the human's retry approval again
     (E, "started"): E,  # a retry with the same idempotency key (attempt + 1)
     (E, "confirmed"): C,
     (E, "failed"): F,
     (E, "unknown"): U,
     (E, "resolved:retry"): P,  # the reconciler's lookup proved it was not done
-    (U, "resolved:confirmed"): C,
-    (U, "resolved:failed"): F,
-    (U, "resolved:retry"): P,
     (U, "confirmed"): C,  # evidence (receipt, lookup) arrived after all
     (U, "failed"): F,
     (U, "unknown"): U,
-    (U, "started"): E,  # the runner's own lookup proved it was not done and retried
-    # Two witnesses of one outcome (runner and receipt) agree: nothing changes.
-    (C, "confirmed"): C,
-    (C, "resolved:confirmed"): C,
-    (F, "failed"): F,
-    (F, "resolved:failed"): F,
-    # A reconciler decision made on a state the runner has since settled loses to the outcome.
-    (C, "unknown"): C,
-    (C, "resolved:retry"): C,
-    (F, "unknown"): F,
-    (F, "resolved:retry"): F,
+    (U, "resolved:retry"): P,
+    # A started attempt is newer than the conclusion that nobody knows what happened (the runner's
+    # lookup proved it not done and retried, while the reconciler had marked it unknown): the
+    # attempt is in flight again, with a new deadline, and recovery applies the retry rules anew.
+    (U, "started"): E,
+    # A resolution is someone's statement about the world (a human who checked, or a decision on
+    # an `unknown` that a later attempt overtook). It settles any open operation: nothing re-runs.
+    (P, "resolved:confirmed"): C,
+    (P, "resolved:failed"): F,
+    (E, "resolved:confirmed"): C,
+    (E, "resolved:failed"): F,
+    (U, "resolved:confirmed"): C,
+    (U, "resolved:failed"): F,
 }
-"""Every legal (status, transition) → status; anything else raises `IllegalTransitionError`."""
-
-RETRY_SAFE: frozenset[EffectClass] = frozenset({"idempotent", "keyed"})
-"""Effect classes a retry cannot duplicate (set-to-state, or the provider honours the key)."""
-
-_ID_NAMESPACE = uuid.UUID("6f1c8f0e-7d1b-4c35-9a43-2f5e0c3b8a11")
+"""Every legal (status, transition) → status. Only a record about an operation never proposed is
+illegal (raises `IllegalTransitionError`): that is data no writer produces."""
 
 
 class ReceiptEvidence(BaseModel):
@@ -122,6 +143,7 @@ class OperationState(BaseModel):
     effect_class: EffectClass | None = None
     status: OperationStatus | None = None
     attempt: int = 0
+    """Highest EffectStarted attempt folded (the attempt cap reads it)."""
     proposed_at: AwareDatetime | None = None
     reconcile_after: AwareDatetime | None = None
     provider_receipt: str | None = None
@@ -144,36 +166,6 @@ class OperationState(BaseModel):
         return self.status is not None and not self.status.is_terminal
 
 
-class ReconcilePolicy(BaseModel):
-    """How patient the reconciler is; passed in as data."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    receipt_grace: timedelta = timedelta(seconds=2)
-    """How long a receipt waits for the runner's own confirmation before it is acted on."""
-    max_lookups: int = 3
-    """Lookups that may answer 'unknown' before the reconciler gives up on the provider."""
-
-
-class LookupResult(BaseModel):
-    """A resolver's answer: found (with receipt/result), not_found (provably not done), unknown."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    outcome: Literal["found", "not_found", "unknown"]
-    provider_receipt: str | None = None
-    result: str = ""
-    detail: str = ""
-
-
-@dataclass(frozen=True)
-class Decision:
-    """What a tick asks for: transitions to publish, and/or a lookup of the provider."""
-
-    emit: tuple[LedgerRecord, ...] = ()
-    lookup: bool = False
-
-
 def initial(operation_id: str) -> OperationState:
     """The state of an operation nothing is known about."""
     return OperationState(operation_id=operation_id)
@@ -190,29 +182,32 @@ def operation_id_of(record: object) -> str | None:
     return None
 
 
+_RESOLVED: Mapping[Resolution, Transition] = {
+    "confirmed": "resolved:confirmed",
+    "failed": "resolved:failed",
+    "retry": "resolved:retry",
+}
+_KINDS: Mapping[type, Transition] = {
+    EffectProposed: "proposed",
+    EffectStarted: "started",
+    EffectConfirmed: "confirmed",
+    EffectFailed: "failed",
+    EffectUnknown: "unknown",
+}
+
+
 def transition_of(record: LedgerRecord) -> Transition:
     """The transition a ledger record asks for."""
     if isinstance(record, EffectResolved):
-        return f"resolved:{record.decision}"  # type: ignore[return-value]
-    return {
-        EffectProposed: "proposed",
-        EffectStarted: "started",
-        EffectConfirmed: "confirmed",
-        EffectFailed: "failed",
-        EffectUnknown: "unknown",
-    }[type(record)]  # type: ignore[return-value]
-
-
-def transition_id(operation_id: str, key: str) -> str:
-    """The id of the reconciler's transition `key` for an operation (same input, same id)."""
-    return str(uuid.uuid5(_ID_NAMESPACE, f"{operation_id}#{key}"))
+        return _RESOLVED[record.decision]
+    return _KINDS[type(record)]
 
 
 def fold(state: OperationState, record: object) -> OperationState:
     """Fold one record about this operation into its state.
 
     Raises:
-        IllegalTransitionError: a ledger record asks for a transition `TRANSITIONS` forbids.
+        IllegalTransitionError: a ledger record about an operation that was never proposed.
     """
     if isinstance(record, LedgerRecord):
         return _apply_ledger(state, record)
@@ -272,7 +267,9 @@ def _apply_ledger(state: OperationState, record: LedgerRecord) -> OperationState
         "conversation_id": record.conversation_id,
         "tenant_id": record.tenant_id,
     }
-    if state.status is not None and state.status.is_terminal:
+    if transition == "proposed" and state.status is not None:
+        return state.model_copy(update=update)
+    if state.status is not None and state.status.is_terminal and new_status is state.status:
         # A second witness or a stale decision: keep the settled outcome's details.
         return state.model_copy(update=update)
     update.update(_ledger_fields(state, record))
@@ -292,7 +289,10 @@ def _ledger_fields(state: OperationState, record: LedgerRecord) -> dict[str, obj
                 "reconcile_after": record.reconcile_after,
             }
         case EffectStarted():
-            return {"attempt": record.attempt, "reconcile_after": _deadline(state, record)}
+            return {
+                "attempt": max(state.attempt, record.attempt),
+                "reconcile_after": _deadline(state, record),
+            }
         case EffectConfirmed():
             return {"provider_receipt": record.provider_receipt, "result": record.result}
         case EffectFailed():
