@@ -31,9 +31,12 @@ hypothesis_settings.load_profile("convdb")
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
-    """--chaos-long: run the reconciler chaos test with 200 conversations instead of the bounded set."""
+    """--chaos-long: the reconciler chaos test with 200 conversations; --chaos-seed: replay one run."""
     parser.addoption(
         "--chaos-long", action="store_true", default=False, help="long chaos run (200 conversations)"
+    )
+    parser.addoption(
+        "--chaos-seed", type=int, default=None, help="seed of the chaos test (default: a new one, printed)"
     )
 
 

@@ -5,7 +5,8 @@ a random crash point and SIGKILL themselves there; the reconciler is SIGKILLed a
 moments and restarted. At the end: provider mutations == confirmed operations, zero
 duplicate mutations, zero operations executing past their deadline, and every reader folds
 the ledger without an illegal transition. The bounded run is in the default set;
-`--chaos-long` runs 200 conversations.
+`--chaos-long` runs 200 conversations. The seed is printed at the start and named in every
+failure; `--chaos-seed N` replays the same choices.
 """
 
 from __future__ import annotations
@@ -101,7 +102,9 @@ def act_as_human(system: System, convs: set[str], decided: set[str]) -> int:
 def test_chaos(system: System, request: pytest.FixtureRequest) -> None:
     long = bool(request.config.getoption("--chaos-long"))
     n, reconciler_kills, budget_s = (200, 8, 1200.0) if long else (20, 3, 240.0)
-    seed = random.randrange(1 << 30)
+    chosen = request.config.getoption("--chaos-seed")
+    seed = random.randrange(1 << 30) if chosen is None else int(chosen)
+    print(f"\nCHAOS seed {seed} (replay with --chaos-seed {seed})", flush=True)
     chaos = Chaos(system, random.Random(seed), [f"chaos-{i}-{uuid.uuid4().hex[:6]}" for i in range(n)])
     chaos.start()
     try:
@@ -109,8 +112,12 @@ def test_chaos(system: System, request: pytest.FixtureRequest) -> None:
     finally:
         chaos.runner.stop()
     elapsed = time.monotonic() - chaos.started
-    assert finished == n, f"seed {seed}: {n - finished} not finished after {elapsed:.0f}s"
-    figures = settle_and_check(system, chaos.convs)
+    replay = f"seed {seed} (replay with --chaos-seed {seed})"
+    assert finished == n, f"{replay}: {n - finished} not finished after {elapsed:.0f}s"
+    try:
+        figures = settle_and_check(system, chaos.convs)
+    except AssertionError as exc:
+        raise AssertionError(f"{replay}: {exc}") from exc
     figures.update(
         seed=seed,
         conversations=n,
