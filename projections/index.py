@@ -43,6 +43,7 @@ EventKind = Literal[
     "fork",
     "active_leaf_changed",
     "title",
+    "external",
 ]
 """The `kind` of every event type (a test keeps it equal to `schemas.events.EVENT_TYPES`)."""
 
@@ -138,6 +139,7 @@ _DESCRIPTIONS: dict[str, Callable[[Any], str]] = {
     "fork": lambda e: f"forked from {e.source_conversation_id} at {e.source_event_id}",
     "active_leaf_changed": lambda e: f"switched branch to {e.leaf_event_id}",
     "title": lambda e: f"title ({e.origin}): {e.title}",
+    "external": lambda e: f"{e.origin} {e.external_kind}",
 }
 
 

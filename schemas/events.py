@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import AwareDatetime, Field
 
@@ -15,6 +15,16 @@ from schemas._types import (
     SecurityRisk,
     TitleOrigin,
 )
+
+EXTENSION_DOC = (
+    "JSON object keyed by origin (e.g. 'openhands'): what a foreign system recorded for this event "
+    "that no convdb field carries, given back unchanged on export; null for convdb's own events."
+)
+
+
+def _extension() -> Any:
+    """The `extension` field every event type declares last (schema versions only ever append)."""
+    return Field(None, description=EXTENSION_DOC)
 
 
 class EventEnvelope(AvroModel):
@@ -41,6 +51,7 @@ class SystemPromptEvent(EventEnvelope):
     content: str = Field(description="System prompt text.")
     tools: tuple[str, ...] = Field((), description="Names of the tools offered to the LLM.")
     kind: Literal["system_prompt"] = Field("system_prompt", description="Always 'system_prompt'.")
+    extension: str | None = _extension()
 
 
 class MessageEvent(EventEnvelope):
@@ -52,6 +63,7 @@ class MessageEvent(EventEnvelope):
         None, description="LLM response that produced the message, if any."
     )
     kind: Literal["message"] = Field("message", description="Always 'message'.")
+    extension: str | None = _extension()
 
 
 class ActionEvent(EventEnvelope):
@@ -72,6 +84,7 @@ class ActionEvent(EventEnvelope):
     target: str | None = Field(None, description="What the effect touches, e.g. 'tracker:issues'.")
     effect_class: EffectClass = Field(description="Effect class of the tool.")
     kind: Literal["action"] = Field("action", description="Always 'action'.")
+    extension: str | None = _extension()
 
 
 class ObservationEvent(EventEnvelope):
@@ -90,6 +103,7 @@ class ObservationEvent(EventEnvelope):
         description="True when recovered from a receipt or lookup rather than observed live.",
     )
     kind: Literal["observation"] = Field("observation", description="Always 'observation'.")
+    extension: str | None = _extension()
 
 
 class AgentErrorEvent(EventEnvelope):
@@ -103,6 +117,7 @@ class AgentErrorEvent(EventEnvelope):
         description="True when made by the runtime (e.g. on recovery), not by a tool.",
     )
     kind: Literal["agent_error"] = Field("agent_error", description="Always 'agent_error'.")
+    extension: str | None = _extension()
 
 
 class UserRejectEvent(EventEnvelope):
@@ -111,6 +126,7 @@ class UserRejectEvent(EventEnvelope):
     action_id: str = Field(description="Id of the rejected ActionEvent.")
     reason: str = Field("", description="Why it was rejected.")
     kind: Literal["user_reject"] = Field("user_reject", description="Always 'user_reject'.")
+    extension: str | None = _extension()
 
 
 class CondensationEvent(EventEnvelope):
@@ -121,6 +137,7 @@ class CondensationEvent(EventEnvelope):
         None, description="Summary inserted in place of the forgotten events."
     )
     kind: Literal["condensation"] = Field("condensation", description="Always 'condensation'.")
+    extension: str | None = _extension()
 
 
 class PauseEvent(EventEnvelope):
@@ -128,6 +145,7 @@ class PauseEvent(EventEnvelope):
 
     reason: str = Field("", description="Why it was paused.")
     kind: Literal["pause"] = Field("pause", description="Always 'pause'.")
+    extension: str | None = _extension()
 
 
 class StateUpdateEvent(EventEnvelope):
@@ -136,6 +154,7 @@ class StateUpdateEvent(EventEnvelope):
     execution_status: ExecutionStatus = Field(description="New execution status.")
     reason: str = Field("", description="Why the status changed.")
     kind: Literal["state_update"] = Field("state_update", description="Always 'state_update'.")
+    extension: str | None = _extension()
 
 
 class LLMUsageEvent(EventEnvelope):
@@ -149,6 +168,7 @@ class LLMUsageEvent(EventEnvelope):
     latency_ms: float = Field(description="Wall time of the call in milliseconds.")
     kind: Literal["llm_usage"] = Field("llm_usage", description="Always 'llm_usage'.")
     cached_tokens: int = Field(0, description="Prompt tokens served from the provider's cache.")
+    extension: str | None = _extension()
 
 
 class ForkEvent(EventEnvelope):
@@ -168,6 +188,7 @@ class ForkEvent(EventEnvelope):
         description="Reference to the workspace snapshot the fork starts from, if any.",
     )
     kind: Literal["fork"] = Field("fork", description="Always 'fork'.")
+    extension: str | None = _extension()
 
 
 class ActiveLeafChangedEvent(EventEnvelope):
@@ -177,6 +198,7 @@ class ActiveLeafChangedEvent(EventEnvelope):
     kind: Literal["active_leaf_changed"] = Field(
         "active_leaf_changed", description="Always 'active_leaf_changed'."
     )
+    extension: str | None = _extension()
 
 
 class TitleEvent(EventEnvelope):
@@ -186,6 +208,16 @@ class TitleEvent(EventEnvelope):
     origin: TitleOrigin = Field(description="How the title was made.")
     model: str | None = Field(None, description="LLM model used, for LLM titles.")
     kind: Literal["title"] = Field("title", description="Always 'title'.")
+    extension: str | None = _extension()
+
+
+class ExternalEvent(EventEnvelope):
+    """A foreign system's event that no convdb type stands for; its content is in `extension`."""
+
+    origin: str = Field(description="System that recorded the event, e.g. 'openhands'.")
+    external_kind: str = Field(description="Its type in that system, e.g. 'HookExecutionEvent'.")
+    kind: Literal["external"] = Field("external", description="Always 'external'.")
+    extension: str | None = _extension()
 
 
 Event = Annotated[
@@ -201,7 +233,8 @@ Event = Annotated[
     | LLMUsageEvent
     | ForkEvent
     | ActiveLeafChangedEvent
-    | TitleEvent,
+    | TitleEvent
+    | ExternalEvent,
     Field(discriminator="kind"),
 ]
 """Any conversation event, discriminated by `kind`."""
@@ -220,5 +253,6 @@ EVENT_TYPES: tuple[type[EventEnvelope], ...] = (
     ForkEvent,
     ActiveLeafChangedEvent,
     TitleEvent,
+    ExternalEvent,
 )
 """Every conversation event type, in the order of the events-topic union."""

@@ -127,6 +127,22 @@ class InboxMessage(AvroModel):
     kind: Literal["inbox_message"] = Field("inbox_message", description="Always 'inbox_message'.")
 
 
+class ExternalBatch(AvroModel):
+    """A foreign system's records for a conversation, stored before the API answers; a runner appends them."""
+
+    id: str = Field(description="Unique inbox record id.")
+    conversation_id: str = Field(description="Target conversation; the Kafka key.")
+    tenant_id: str = Field(description="Tenant of the conversation.")
+    timestamp: AwareDatetime = Field(description="When it was accepted (UTC).")
+    origin: str = Field(description="System the records come from, e.g. 'openhands'.")
+    payload_kind: str = Field(
+        description="What `payload` holds, e.g. 'events' (a JSON array of events), 'conversation_info', "
+        "'base_state', 'meta'."
+    )
+    payload: str = Field(description="The records as that system sent or stored them (JSON text).")
+    kind: Literal["external_batch"] = Field("external_batch", description="Always 'external_batch'.")
+
+
 class Snapshot(AvroModel):
     """Base-state snapshot of a conversation with the events offset it covers."""
 
@@ -215,6 +231,7 @@ RECORD_TYPES: tuple[type[AvroModel], ...] = (
     *LEDGER_TYPES,
     Receipt,
     InboxMessage,
+    ExternalBatch,
     Snapshot,
 )
 """Every non-event record type."""

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 
 from schemas._types import AvroModel
 from schemas.events import EVENT_TYPES
-from schemas.records import LEDGER_TYPES, InboxMessage, Receipt, Snapshot
+from schemas.records import LEDGER_TYPES, ExternalBatch, InboxMessage, Receipt, Snapshot
 
 
 @dataclass(frozen=True)
@@ -37,9 +37,10 @@ STATE = Topic(
 )
 INBOX = Topic(
     "inbox",
-    (InboxMessage,),
+    (InboxMessage, ExternalBatch),
     {"cleanup.policy": "delete"},
-    "user messages and commands sent to a conversation, even before it runs",
+    "user messages and commands sent to a conversation, even before it runs; records of foreign "
+    "systems (OpenHands) to append",
 )
 RECEIPTS = Topic(
     "receipts", (Receipt,), {"cleanup.policy": "delete"}, "provider receipts carrying operation_id"

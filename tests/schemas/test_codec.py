@@ -46,7 +46,7 @@ def topic_of(model: type[AvroModel]) -> Topic:
 
 def test_every_record_type_has_a_strategy_and_a_topic() -> None:
     assert set(RECORD_STRATEGIES) == set(MODELS)
-    assert len(MODELS) == 22
+    assert len(MODELS) == 24
     for model in MODELS.values():
         assert topic_of(model).value_types  # no record type is homeless
 
@@ -116,7 +116,7 @@ def test_unknown_fingerprint_names_the_fingerprint() -> None:
 @pytest.mark.parametrize("cut", [1, 2, 11, 40])
 def test_truncated_record(cut: int) -> None:
     data = CODEC.encode(_message())
-    with pytest.raises(TruncatedRecordError, match="MessageEvent v1: payload ends early") as info:
+    with pytest.raises(TruncatedRecordError, match="MessageEvent v2: payload ends early") as info:
         CODEC.decode(data[:-cut])
     assert isinstance(info.value.__cause__, EOFError)
 
@@ -134,7 +134,7 @@ def test_bad_enum_index_is_corrupt() -> None:
     # The two encodings differ only in the enum index byte of `source`.
     (at,) = [i for i, (a, b) in enumerate(zip(user, hook, strict=True)) if a != b]
     hook[at] = 0x7E  # zig-zag 63: no such symbol
-    with pytest.raises(CorruptRecordError, match="MessageEvent v1: payload does not decode"):
+    with pytest.raises(CorruptRecordError, match="MessageEvent v2: payload does not decode"):
         CODEC.decode(bytes(hook))
 
 

@@ -35,12 +35,13 @@ def field_names(version: SchemaVersion) -> list[str]:
     return [f["name"] for f in version.schema["fields"]]
 
 
-def test_llm_usage_has_two_versions_v2_adds_cached_tokens() -> None:
-    v1, v2 = sorted((v for v in CATALOG.versions if v.name == "LLMUsageEvent"), key=lambda v: v.version)
-    assert (v1.version, v2.version) == (1, 2)
+def test_llm_usage_v2_adds_cached_tokens_v3_adds_extension() -> None:
+    v1, v2, v3 = sorted((v for v in CATALOG.versions if v.name == "LLMUsageEvent"), key=lambda v: v.version)
+    assert (v1.version, v2.version, v3.version) == (1, 2, 3)
     assert field_names(v2) == [*field_names(v1), "cached_tokens"]
+    assert field_names(v3) == [*field_names(v2), "extension"]
     assert v1.fingerprint != v2.fingerprint
-    assert CATALOG.latest["LLMUsageEvent"] is v2
+    assert CATALOG.latest["LLMUsageEvent"] is v3
 
 
 def test_llm_usage_v1_data_reads_with_the_v2_reader() -> None:
@@ -49,17 +50,18 @@ def test_llm_usage_v1_data_reads_with_the_v2_reader() -> None:
     data = written_by(v1, record.__dict__)
     decoded = SingleObjectCodec().decode(data, expect=(LLMUsageEvent,))
     assert decoded.cached_tokens == 0  # the v2 default fills the field v1 never wrote
-    assert decoded == record.model_copy(update={"cached_tokens": 0})
+    assert decoded == record.model_copy(update={"cached_tokens": 0, "extension": None})
 
 
 def test_llm_usage_v2_data_reads_with_a_v1_reader() -> None:
-    record = sample_record(LLMUsageEvent).model_copy(update={"cached_tokens": 321})
+    record = sample_record(LLMUsageEvent).model_copy(update={"cached_tokens": 321, "extension": "{}"})
     data = SingleObjectCodec().encode(record)
     old_reader = SingleObjectCodec(CATALOG.restricted("LLMUsageEvent", 1))
     decoded = old_reader.decode(data)
-    # The v1 reader drops cached_tokens; everything v1 knows survives unchanged.
-    assert decoded.cached_tokens == 0
-    assert decoded.model_dump(exclude={"cached_tokens"}) == record.model_dump(exclude={"cached_tokens"})
+    # The v1 reader drops cached_tokens and extension; everything v1 knows survives unchanged.
+    assert (decoded.cached_tokens, decoded.extension) == (0, None)
+    newer = {"cached_tokens", "extension"}
+    assert decoded.model_dump(exclude=newer) == record.model_dump(exclude=newer)
 
 
 def test_a_pinned_v1_writer_cannot_silently_drop_a_v2_field() -> None:
