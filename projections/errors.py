@@ -31,3 +31,8 @@ class CursorError(QueryError):
 
 class IllegalTransitionError(ProjectionError):
     """An effect-ledger record asks for a transition the operation state machine forbids."""
+
+
+class ForeignRecordError(ProjectionError):
+    """A foreign system's record (an OpenHands event or state) is not one convdb can map; the
+    message names the record (index, id, kind) and the field."""

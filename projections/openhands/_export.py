@@ -1,0 +1,151 @@
+"""A convdb conversation as an OpenHands conversation directory's contents: a pure fold.
+
+Events that came from OpenHands are given back exactly (`rebuild` + their patch); convdb's own
+events become the OpenHands kinds that stand for them (generic MCP action/observation kinds
+for tools). `base_state.json` is the latest imported one, else the latest `full_state`, each
+updated by the ConversationStateUpdateEvents after it; a conversation convdb ran itself gets a
+minimal one (agent, workspace, status, usage, leaf). What OpenHands never stores on disk (the
+webhook's full_state updates and ConversationInfo posts) is returned in `extra`.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from typing import Any, NamedTuple
+
+from projections.openhands._kinds import EXPORTED_KINDS, ORIGIN, STATE_UPDATE, rebuild
+from projections.openhands._patch import apply
+from projections.view import fold_all, initial
+from schemas.events import Event, LLMUsageEvent
+
+STATE_FIELDS = frozenset(
+    {
+        "agent",
+        "workspace",
+        "persistence_dir",
+        "max_iterations",
+        "stuck_detection",
+        "execution_status",
+        "confirmation_policy",
+        "security_analyzer",
+        "activated_knowledge_skills",
+        "activated_path_rules",
+        "invoked_skills",
+        "blocked_actions",
+        "blocked_messages",
+        "last_user_message_id",
+        "leaf_event_id",
+        "head_is_empty",
+        "stats",
+        "secret_registry",
+        "tags",
+        "agent_state",
+        "hook_config",
+    }
+)
+"""ConversationState fields (besides `id`) that a state update or a ConversationInfo may set."""
+
+
+class OpenHandsConversation(NamedTuple):
+    """What an OpenHands conversation directory holds."""
+
+    conversation_id: str
+    base_state: dict[str, Any]
+    events: list[dict[str, Any]]
+    """Event JSON in log order (file index = position)."""
+    meta: dict[str, Any] | None
+    """The agent-server's meta.json, when one was imported."""
+    extra: list[dict[str, Any]]
+    """Records OpenHands does not keep on disk: `{"full_state": event}`, `{"conversation_info": info}`."""
+
+
+def export(conversation_id: str, events: Iterable[Event]) -> OpenHandsConversation:
+    """The OpenHands form of a conversation's events (log order)."""
+    folded: list[Event] = list(events)
+    out: list[dict[str, Any]] = []
+    extra: list[dict[str, Any]] = []
+    base: dict[str, Any] | None = None
+    meta: dict[str, Any] | None = None
+    info: dict[str, Any] | None = None
+    for event in folded:
+        marks = json.loads(event.extension).get(ORIGIN) if event.extension else None
+        if marks is None:
+            if event.kind in EXPORTED_KINDS:
+                out.append(rebuild(event))
+            continue
+        if "derived_from" in marks:
+            continue
+        if "record" in marks:
+            record, kind = marks["record"], marks.get("as")
+            if kind == "base_state":
+                base = dict(record)
+            elif kind == "meta":
+                meta = record
+            else:
+                info = record
+                extra.append({"conversation_info": record})
+            continue
+        oh = apply(rebuild(event), marks.get("patch", {}))
+        if oh.get("kind") == STATE_UPDATE and oh.get("key") == "full_state":
+            extra.append({"full_state": oh})
+            base = dict(oh["value"]) if isinstance(oh.get("value"), dict) else base
+            continue
+        if oh.get("kind") == STATE_UPDATE and base is not None and oh.get("key") in STATE_FIELDS:
+            base[oh["key"]] = oh.get("value")
+        out.append(oh)
+    if base is None:
+        base = _from_info(info) if info is not None else _synthesized(conversation_id, folded)
+    return OpenHandsConversation(conversation_id, base, out, meta, extra)
+
+
+def _from_info(info: dict[str, Any]) -> dict[str, Any]:
+    return {"id": info["id"], **{k: v for k, v in info.items() if k in STATE_FIELDS}}
+
+
+def _synthesized(conversation_id: str, events: list[Event]) -> dict[str, Any]:
+    """A base_state for a conversation convdb ran: enough for the SDK to load it."""
+    view = fold_all(initial(conversation_id), [e for e in events if e.conversation_id == conversation_id])
+    status = next((e.execution_status for e in reversed(events) if e.kind == "state_update"), "idle")  # type: ignore[union-attr]
+    usage = [e for e in events if isinstance(e, LLMUsageEvent)]
+    model = usage[-1].model if usage else "convdb/scripted"
+    tools = next((list(e.tools) for e in events if e.kind == "system_prompt"), [])  # type: ignore[union-attr]
+    return {
+        "id": conversation_id,
+        "agent": {
+            "kind": "Agent",
+            "llm": {"model": model, "usage_id": "agent"},
+            "tools": [{"name": t} for t in tools],
+        },
+        "workspace": {"kind": "LocalWorkspace", "working_dir": "workspace"},
+        "execution_status": status if status != "waiting_for_human" else "paused",
+        "leaf_event_id": view.active_leaf,
+        "stats": {"usage_to_metrics": {"agent": _metrics(model, usage)}}
+        if usage
+        else {"usage_to_metrics": {}},
+    }
+
+
+def _metrics(model: str, usage: list[LLMUsageEvent]) -> dict[str, Any]:
+    prompt = sum(e.prompt_tokens for e in usage)
+    completion = sum(e.completion_tokens for e in usage)
+    return {
+        "model_name": model,
+        "accumulated_cost": sum(e.cost or 0.0 for e in usage),
+        "accumulated_token_usage": {
+            "model": model,
+            "prompt_tokens": prompt,
+            "completion_tokens": completion,
+            "cache_read_tokens": sum(e.cached_tokens for e in usage),
+        },
+        "token_usages": [
+            {
+                "model": e.model,
+                "prompt_tokens": e.prompt_tokens,
+                "completion_tokens": e.completion_tokens,
+                "cache_read_tokens": e.cached_tokens,
+                "response_id": e.llm_response_id,
+            }
+            for e in usage
+        ],
+    }
