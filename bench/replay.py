@@ -21,7 +21,7 @@ from consumers.archive.reader import ArchiveReader
 from consumers.archive.replay import open_store, plan_replay, replay
 from consumers.archive.sources import Source, Window
 from consumers.archive.target import open_target
-from consumers.base import ConsumedRecord, Projector
+from consumers.base import Batch, ConsumedRecord, Projector, Rejection
 from consumers.bench import fill_topic
 from consumers.plugins import load
 from infra.settings import Settings
@@ -61,14 +61,17 @@ class ReadSide:
         for part in self.parts:
             part.drop(connection)
 
-    def apply(self, connection: Any, records: Sequence[ConsumedRecord]) -> None:
-        """Fold the batch into every part, in the caller's transaction."""
-        for part in self.parts:
-            part.apply(connection, records)
+    def apply(self, connection: Any, records: Sequence[ConsumedRecord]) -> list[Rejection]:
+        """Fold the batch into every part, in the caller's transaction; returns what they refused."""
+        batch = Batch.of(records)
+        return [r for part in self.parts for r in part.apply(connection, batch)]
 
     def digests(self, connection: Any) -> dict[str, str]:
         """Every part's per-conversation digests, keyed 'part:conversation'."""
         return {f"{p.name}:{k}": v for p in self.parts for k, v in p.digests(connection).items()}
+
+    def after_commit(self, engine: Any, caught_up: set[tuple[str, int]]) -> None:
+        """Nothing: a replay makes no effects."""
 
 
 def run(ctx: BenchContext) -> Figures:

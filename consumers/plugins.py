@@ -1,8 +1,10 @@
 """Consumer plugins, found through the `convdb.consumers` entry-point group.
 
 A third party adds a consumer without touching convdb: write a class with the `Projector`
-shape (`consumers.base`: `name`, `topics`, `version`, `create`, `drop`, `apply`, `digests`),
-whose constructor takes the `Settings`, and register it in its own package's pyproject:
+shape (`consumers.base`: `name`, `topics`, `version`, `create`, `drop`, `apply`, `digests`,
+`after_commit`), or subclass `ConversationProjector` (declare a table, a fold and the row
+mapping), whose constructor takes the `Settings`, and register it in its own package's
+pyproject:
 
     [project.entry-points."convdb.consumers"]
     audit_trail = "mypkg.audit:AuditTrailConsumer"

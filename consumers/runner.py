@@ -2,7 +2,8 @@
 
 Loop: `consume()` a batch, decode every record once (poison -> DLQ), then in one store
 transaction lock the batch's offset rows, hand each projector the records at or after its
-stored offset, write the new offsets, wait until any DLQ write is durable, and commit. On
+stored offset, send the records a projector refused to the DLQ, write the new offsets, wait
+until the DLQ writes are durable, and commit. On
 partition assignment the runner seeks to the stored offsets (the store is the source of
 truth; Kafka commits are only a courtesy for lag tools). A crash anywhere therefore either
 loses the whole batch (replayed after restart) or commits all of it: each record affects the
@@ -22,15 +23,16 @@ import time
 from collections.abc import Sequence
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Message, TopicPartition
-from sqlalchemy.engine import Connection, Engine
+from sqlalchemy.engine import Engine
 from sqlalchemy.exc import DBAPIError
 
+from consumers._apply import apply_batch
 from consumers._gc import gc_paused
-from consumers.base import ConsumedRecord, Projector
+from consumers.base import Batch, ConsumedRecord, Projector
 from consumers.dlq import DeadLetters
-from consumers.errors import ConsumerError, RecordsRejectedError, StoreError
+from consumers.errors import ConsumerError, StoreError
 from consumers.metrics import ConsumerMetrics
-from consumers.store import TopicPartitionKey, ensure_projections, lock_offsets, open_engine, store_offsets
+from consumers.store import ensure_projections, open_engine
 from consumers.store import stored_offsets as read_stored_offsets
 from infra.kafka import make_consumer
 from infra.settings import Settings
@@ -176,20 +178,23 @@ class Runner:
     ) -> int:
         deadline = time.monotonic() + self.store_retry_s
         delay = 0.1
+        sent = {(m.topic(), m.partition(), m.offset()) for m, _ in poison}
         while True:
             try:
                 with self.engine.begin() as conn:
-                    applied = self._apply(conn, records, ends)
+                    applied, rejected = apply_batch(
+                        conn, self.projectors, self.settings.namespace, Batch(records), ends
+                    )
+                    for rejection in rejected:
+                        rec = rejection.record
+                        where = (rec.topic, rec.partition, rec.offset)
+                        if where not in sent:  # a retried transaction does not send it twice
+                            sent.add(where)
+                            poison.append((raw[where], rejection.error))
+                            self._dead.send(raw[where], rejection.error)
                     # The DLQ copy must be durable before the offsets that skip it are.
                     self._dead.wait_durable()
                 return applied
-            except RecordsRejectedError as exc:
-                gone = {id(rec) for rec, _ in exc.rejected}
-                records = [r for r in records if id(r) not in gone]
-                for rec, error in exc.rejected:
-                    msg = raw[(rec.topic, rec.partition, rec.offset)]
-                    poison.append((msg, error))
-                    self._dead.send(msg, error)
             except DBAPIError as exc:
                 if time.monotonic() > deadline:
                     raise StoreError(
@@ -198,29 +203,6 @@ class Runner:
                 logger.warning("store error, retrying batch in %.1fs: %s", delay, exc)
                 time.sleep(delay)
                 delay = min(delay * 2, 5.0)
-
-    def _apply(
-        self, conn: Connection, records: list[ConsumedRecord], ends: dict[tuple[str, int], int]
-    ) -> int:
-        keys = [(p.name, t, part) for (t, part) in ends for p in self._readers[t]]
-        stored = lock_offsets(conn, keys)
-        starts = _batch_starts(records)
-        applied: set[tuple[str, int, int]] = set()
-        everything = False
-        for projector in self.projectors:
-            mine = _records_for(projector.name, records, starts, stored)
-            if not mine:
-                continue
-            projector.apply(conn, mine)
-            if mine is records:
-                everything = True  # the common case: count without a set of 3-tuples
-            elif not everything:
-                applied.update((r.topic, r.partition, r.offset) for r in mine)
-        positions: dict[TopicPartitionKey, int] = {
-            key: max(stored[key], ends[(key[1], key[2])]) for key in keys
-        }
-        store_offsets(conn, positions)
-        return len(records) if everything else len(applied)
 
     def _commit_kafka(self, ends: dict[tuple[str, int], int]) -> None:
         # A courtesy for `kafka-consumer-groups`-style lag tools; positions come from the store.
@@ -257,12 +239,10 @@ class Runner:
         self._assigned = [tp for tp in self._assigned if (tp.topic, tp.partition) not in gone]
 
     def _after_commit(self, caught_up: set[tuple[str, int]]) -> None:
-        # Optional projector hook for effects that must not run inside the store transaction
-        # (the titles service's LLM call); it only sees partitions that are fully consumed.
+        # Effects that must not run inside the store transaction (the titles service's LLM
+        # call); they only see partitions that are fully consumed.
         for projector in self.projectors:
-            hook = getattr(projector, "after_commit", None)
-            if hook is not None:
-                hook(self.engine, caught_up)
+            projector.after_commit(self.engine, caught_up)
 
     def _update_lag(self, consumer: Consumer) -> set[tuple[str, int]]:
         """Set the lag gauges; returns the partitions consumed up to the fetch-reported end."""
@@ -283,33 +263,6 @@ class Runner:
                 if tp.offset >= high:
                     caught_up.add((tp.topic, tp.partition))
         return caught_up
-
-
-def _batch_starts(records: Sequence[ConsumedRecord]) -> dict[tuple[str, int], int]:
-    starts: dict[tuple[str, int], int] = {}
-    for r in records:
-        key = (r.topic, r.partition)
-        if r.offset < starts.get(key, r.offset + 1):
-            starts[key] = r.offset
-    return starts
-
-
-def _records_for(
-    name: str,
-    records: list[ConsumedRecord],
-    starts: dict[tuple[str, int], int],
-    stored: dict[TopicPartitionKey, int],
-) -> list[ConsumedRecord]:
-    """The records at or after the projector's stored offsets; `records` itself when that is all.
-
-    Handing every projector the same list object lets them share per-batch work (grouping).
-    """
-    floors = {tp: stored[(name, *tp)] for tp in starts if (name, *tp) in stored}
-    if len(floors) == len(starts) and all(starts[tp] >= floor for tp, floor in floors.items()):
-        return records
-    return [
-        r for r in records if (r.topic, r.partition) in floors and r.offset >= floors[(r.topic, r.partition)]
-    ]
 
 
 def _batch_ends(raw: dict[tuple[str, int, int], Message]) -> dict[tuple[str, int], int]:

@@ -1,7 +1,7 @@
 """Replay: rebuild a projection in a (shadow) store from Kafka, the archive, or both.
 
-Drives the projector through the same `Projector` contract as the live runner (`create`,
-`drop`, `apply` in a transaction that also stores the consumed offsets), decodes with the
+Drives the projector through the same `Projector` contract and the same batch transaction
+as the live runner (`consumers._apply`: `apply` plus the consumed offsets), decodes with the
 same codec, and treats undecodable or rejected records as the runner does (they are skipped
 here; the runner sends them to the DLQ): a full replay therefore equals the live projection,
 and the shadow store can be promoted and resumed by the runner from its stored offsets.
@@ -17,14 +17,15 @@ from dataclasses import dataclass, field
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import SQLAlchemyError
 
+from consumers._apply import apply_batch
 from consumers._gc import gc_paused
 from consumers.archive.container import RawRecord
 from consumers.archive.errors import StoreUrlError
 from consumers.archive.reader import ArchiveReader
 from consumers.archive.sources import Segment, Source, Window, plan, read_segments
-from consumers.base import ConsumedRecord, Projector
-from consumers.errors import RecordsRejectedError, StoreError
-from consumers.store import metadata, offsets, open_engine, projections, store_offsets, upsert
+from consumers.base import Batch, ConsumedRecord, Projector
+from consumers.errors import StoreError
+from consumers.store import metadata, offsets, open_engine, projections, upsert
 from infra.settings import Settings
 from schemas import Codec
 from schemas.errors import SchemaError
@@ -105,7 +106,9 @@ def replay(
             with gc_paused():  # as the live runner: one collection pass per batch, not dozens
                 batch, done = _next_batch(raw, topics[topic], codec, window, result, batch_size)
                 if batch:
-                    _apply(engine, projector, batch, result, progress)
+                    _apply(engine, projector, settings.namespace, batch, result)
+                    if progress is not None:
+                        progress(len(batch))
     result.seconds = time.monotonic() - started
     return result
 
@@ -151,33 +154,18 @@ def _decode(
 
 
 def _apply(
-    engine: Engine,
-    projector: Projector,
-    batch: list[ConsumedRecord],
-    result: ReplayResult,
-    progress: Progress | None,
+    engine: Engine, projector: Projector, namespace: str, batch: list[ConsumedRecord], result: ReplayResult
 ) -> None:
-    records = batch
-    while True:
-        try:
-            with engine.begin() as conn:
-                if records:
-                    projector.apply(conn, records)
-                store_offsets(conn, _ends(projector.name, batch))
-            break
-        except RecordsRejectedError as exc:
-            # As the live runner does: the batch is applied again without the refused records.
-            gone = {id(rec) for rec, _ in exc.rejected}
-            records = [r for r in records if id(r) not in gone]
-            result.rejected += len(gone)
-    result.applied += len(records)
-    if progress is not None:
-        progress(len(batch))
+    with engine.begin() as conn:
+        # The live runner's transaction: refused records are left out (the runner dead-letters them).
+        applied, rejected = apply_batch(conn, [projector], namespace, Batch(batch), _ends(batch))
+    result.rejected += len(rejected)
+    result.applied += applied
 
 
-def _ends(name: str, batch: list[ConsumedRecord]) -> dict[tuple[str, str, int], int]:
-    ends: dict[tuple[str, str, int], int] = {}
+def _ends(batch: list[ConsumedRecord]) -> dict[tuple[str, int], int]:
+    ends: dict[tuple[str, int], int] = {}
     for r in batch:
-        key = (name, r.topic, r.partition)
+        key = (r.topic, r.partition)
         ends[key] = max(ends.get(key, 0), r.offset + 1)
     return ends

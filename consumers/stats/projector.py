@@ -3,19 +3,15 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping
 from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
-from consumers._rows import by_conversation, events_only, fold_batch, from_micros, micros
-from consumers.base import ConsumedRecord
-from consumers.errors import RecordsRejectedError
-from consumers.store import upsert
-from infra.settings import Settings
+from consumers._rows import from_micros, micros
+from consumers.base import Change, ConversationProjector, DigestOf, Fold, load_rows
 from projections import stats
-from schemas.topics import EVENTS
 
 metadata = sa.MetaData()
 
@@ -57,53 +53,24 @@ _NUMBERS = (
     "tool_calls",
     "errors",
 )
-CHUNK = 500
 
 
-class StatsConsumer:
+class StatsConsumer(ConversationProjector[stats.ConversationStats]):
     """Projector `stats`: counts, tokens, cost, tool calls, errors, status and times per conversation."""
 
     name = "stats"
-    topics = (EVENTS,)
-    version = 1
+    metadata = metadata
+    table = conversations
+    digest_of = (DigestOf(conversations),)
+    projection = Fold(stats.initial, stats.fold, stats.fold_all)
 
-    def __init__(self, settings: Settings | None = None) -> None:
-        self.settings = settings
+    def to_row(self, change: Change[stats.ConversationStats]) -> dict[str, Any]:
+        """The table row of a conversation's statistics."""
+        return to_row(change.after)
 
-    def create(self, connection: Connection) -> None:
-        """Create the stats table (idempotent)."""
-        metadata.create_all(connection)
-
-    def drop(self, connection: Connection) -> None:
-        """Drop the stats table."""
-        metadata.drop_all(connection)
-
-    def apply(self, connection: Connection, records: Sequence[ConsumedRecord]) -> None:
-        """Fold the batch into each touched conversation's row."""
-        groups = by_conversation(events_only(records))
-        if not groups:
-            return
-        states = load_states(connection, list(groups))
-        rejected: list[tuple[ConsumedRecord, BaseException]] = []
-        rows = []
-        for conv, group in groups.items():
-            before = states.get(conv) or stats.initial(conv)
-            after, _ = fold_batch(stats.fold_all, stats.fold, before, group, rejected)
-            if after is not before:
-                rows.append(to_row(after))
-        if rejected:
-            raise RecordsRejectedError(rejected)
-        upsert(connection, conversations, rows, ["conversation_id"])
-
-    def digests(self, connection: Connection) -> dict[str, str]:
-        """Per-conversation digest of the statistics row."""
-        import hashlib
-
-        out = {}
-        for row in connection.execute(sa.select(conversations)).mappings():
-            text = json.dumps(dict(row), sort_keys=True, default=str)
-            out[row["conversation_id"]] = hashlib.sha256(text.encode()).hexdigest()
-        return out
+    def from_row(self, row: Mapping[str, Any]) -> stats.ConversationStats:
+        """The statistics a row holds."""
+        return from_row(row)
 
 
 def to_row(state: stats.ConversationStats) -> dict[str, Any]:
@@ -123,7 +90,7 @@ def to_row(state: stats.ConversationStats) -> dict[str, Any]:
     return row
 
 
-def from_row(row: Any) -> stats.ConversationStats:
+def from_row(row: Mapping[str, Any]) -> stats.ConversationStats:
     """The statistics state a table row holds (inverse of `to_row`)."""
     counts = json.loads(row["counts"])
     return stats.ConversationStats(
@@ -141,11 +108,4 @@ def from_row(row: Any) -> stats.ConversationStats:
 
 def load_states(connection: Connection, convs: list[str]) -> dict[str, stats.ConversationStats]:
     """Stored statistics of these conversations (missing ones are absent)."""
-    found = {}
-    for start in range(0, len(convs), CHUNK):
-        query = sa.select(conversations).where(
-            conversations.c.conversation_id.in_(convs[start : start + CHUNK])
-        )
-        for row in connection.execute(query).mappings():
-            found[row["conversation_id"]] = from_row(row)
-    return found
+    return {conv: from_row(row) for conv, row in load_rows(connection, conversations, convs).items()}

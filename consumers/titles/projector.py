@@ -11,20 +11,16 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
 
-from consumers._rows import by_conversation, events_only, fold_checked
-from consumers.base import ConsumedRecord
-from consumers.errors import RecordsRejectedError
-from consumers.store import upsert
+from consumers.base import Batch, Change, ConversationProjector, DigestOf, Fold, load_rows
 from consumers.titles.service import TitleService
 from infra.settings import Settings
 from projections import titles
-from schemas.topics import EVENTS
 
 logger = logging.getLogger(__name__)
 
@@ -46,53 +42,44 @@ processors = sa.Table(
 )
 """One title processor per conversation."""
 
-CHUNK = 500
+TitleChange = Change[titles.TitleProcessor]
 
 
-class TitlesConsumer:
+class TitlesConsumer(ConversationProjector[titles.TitleProcessor]):
     """Projector `titles`: a title per conversation; LLM titles when `llm.title_model` is set."""
 
     name = "titles"
-    topics = (EVENTS,)
-    version = 1
+    metadata = metadata
+    table = processors
+    digest_of = (DigestOf(processors, ("title", "origin", "status")),)
+    projection = Fold(titles.initial, titles.fold, titles.fold_all)
 
     def __init__(
         self, settings: Settings | None = None, complete: Callable[[str, str], str] | None = None
     ) -> None:
-        self.settings = settings
+        super().__init__(settings)
         enabled = settings is not None and settings.llm.title_model is not None
         self.service = TitleService(settings, complete) if enabled and settings is not None else None
         self._pending: dict[str, tuple[str, int]] = {}
 
-    def create(self, connection: Connection) -> None:
-        """Create the titles table (idempotent)."""
-        metadata.create_all(connection)
-
-    def drop(self, connection: Connection) -> None:
-        """Drop the titles table."""
-        metadata.drop_all(connection)
-
-    def apply(self, connection: Connection, records: Sequence[ConsumedRecord]) -> None:
-        """Fold the batch into the processors; note the ones that now want an LLM title."""
-        groups = by_conversation(events_only(records))
-        if not groups:
-            return
-        states = load_states(connection, list(groups))
-        rejected: list[tuple[ConsumedRecord, BaseException]] = []
-        rows = []
-        for conv, group in groups.items():
-            tenant, before = states.get(conv) or (group[0].value.tenant_id, titles.initial(conv))  # type: ignore[attr-defined]
-            after, _ = fold_checked(titles.fold, before, group, rejected)
-            if after is before:
-                continue
-            rows.append(to_row(after, tenant, group[-1].partition))
-            if self.service is not None and titles.wants_llm_title(after, True):
-                self._pending[conv] = (group[-1].topic, group[-1].partition)
+    def write(self, connection: Connection, changes: list[TitleChange], batch: Batch) -> None:
+        """Upsert the processors; note the ones that now want an LLM title."""
+        super().write(connection, changes, batch)
+        for change in changes:
+            last = change.records[-1]
+            if self.service is not None and titles.wants_llm_title(change.after, True):
+                self._pending[change.conversation_id] = (last.topic, last.partition)
             else:
-                self._pending.pop(conv, None)
-        if rejected:
-            raise RecordsRejectedError(rejected)
-        upsert(connection, processors, rows, ["conversation_id"])
+                self._pending.pop(change.conversation_id, None)
+
+    def to_row(self, change: TitleChange) -> dict[str, Any]:
+        """The processor's row; the tenant is the stored one, else the first event's."""
+        tenant = change.stored["tenant_id"] if change.stored else change.records[0].value.tenant_id  # type: ignore[attr-defined]
+        return to_row(change.after, tenant, change.records[-1].partition)
+
+    def from_row(self, row: Mapping[str, Any]) -> titles.TitleProcessor:
+        """The processor a row holds."""
+        return from_row(row)
 
     def after_commit(self, engine: Engine, caught_up: set[tuple[str, int]]) -> None:
         """Make the LLM titles of conversations whose partition is caught up (the effect)."""
@@ -104,18 +91,6 @@ class TitlesConsumer:
         if ready:
             for conv in self.service.make_titles(engine, list(ready)):
                 self._pending[conv] = ready[conv]  # the call failed: try again on the next round
-
-    def digests(self, connection: Connection) -> dict[str, str]:
-        """Per-conversation digest: the title, its origin and the processor status."""
-        import hashlib
-
-        query = sa.select(
-            processors.c.conversation_id, processors.c.title, processors.c.origin, processors.c.status
-        )
-        return {
-            conv: hashlib.sha256(f"{title}\n{origin}\n{status}".encode()).hexdigest()
-            for conv, title, origin, status in connection.execute(query)
-        }
 
 
 def to_row(state: titles.TitleProcessor, tenant_id: str, partition: int) -> dict[str, Any]:
@@ -134,7 +109,7 @@ def to_row(state: titles.TitleProcessor, tenant_id: str, partition: int) -> dict
     }
 
 
-def from_row(row: Any) -> titles.TitleProcessor:
+def from_row(row: Mapping[str, Any]) -> titles.TitleProcessor:
     """The processor a row holds (inverse of `to_row`)."""
     return titles.TitleProcessor(
         conversation_id=row["conversation_id"],
@@ -150,9 +125,5 @@ def from_row(row: Any) -> titles.TitleProcessor:
 
 def load_states(connection: Connection, convs: list[str]) -> dict[str, tuple[str, titles.TitleProcessor]]:
     """Stored (tenant, processor) of these conversations."""
-    found = {}
-    for start in range(0, len(convs), CHUNK):
-        query = sa.select(processors).where(processors.c.conversation_id.in_(convs[start : start + CHUNK]))
-        for row in connection.execute(query).mappings():
-            found[row["conversation_id"]] = (row["tenant_id"], from_row(row))
-    return found
+    rows = load_rows(connection, processors, convs)
+    return {conv: (row["tenant_id"], from_row(row)) for conv, row in rows.items()}

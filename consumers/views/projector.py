@@ -18,16 +18,13 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
-from consumers._rows import by_conversation, event_from_json, event_json, events_only, fold_batch, micros
-from consumers.base import ConsumedRecord
-from consumers.errors import RecordsRejectedError
+from consumers._rows import event_from_json, micros
+from consumers.base import Batch, Change, ConsumedRecord, ConversationProjector, DigestOf, Fold, load_rows
 from consumers.store import bulk_insert, upsert
 from consumers.views.tables import EVENT_COLUMNS, conversations, events, metadata
 from infra.settings import Settings
 from projections import view
-from schemas.topics import EVENTS
-
-CHUNK = 500
+from projections.view import ViewState
 
 
 @dataclass(slots=True)
@@ -72,72 +69,52 @@ class _Cached:
             self.branch_ids = f"{self.branch_ids}\n{joined}" if k else joined
 
 
-class ViewsConsumer:
+class ViewsConsumer(ConversationProjector[view.ViewState]):
     """Projector `views`: the active branch of every conversation (DESIGN §8)."""
 
     name = "views"
-    topics = (EVENTS,)
     version = 2
+    metadata = metadata
+    table = conversations
+    digest_of = (DigestOf(conversations, ("digest",), precomputed=True),)
+    projection = Fold(view.initial, view.fold, view.fold_all)
 
     def __init__(self, settings: Settings | None = None, cache_size: int = 5000) -> None:
-        self.settings = settings
+        super().__init__(settings)
         self.cache_size = cache_size
         self._cache: OrderedDict[str, _Cached] = OrderedDict()
 
-    def create(self, connection: Connection) -> None:
-        """Create the views tables (idempotent)."""
-        metadata.create_all(connection)
-
     def drop(self, connection: Connection) -> None:
         """Drop the views tables (and the v1 branch table, if present)."""
-        metadata.drop_all(connection)
+        super().drop(connection)
         connection.execute(sa.text("DROP TABLE IF EXISTS views_branch"))
         self._cache.clear()
 
-    def apply(self, connection: Connection, records: Sequence[ConsumedRecord]) -> None:
-        """Fold a batch and write the changed rows; refused records raise `RecordsRejectedError`."""
-        groups = by_conversation(events_only(records))
-        if not groups:
-            return
-        loaded = self._load(connection, list(groups))
-        rejected: list[tuple[ConsumedRecord, BaseException]] = []
+    def load(
+        self, connection: Connection, conversation_ids: list[str]
+    ) -> dict[str, tuple[Any, view.ViewState]]:
+        """(cache entry, state) per stored conversation: cached when it has folded what the store holds."""
+        counts = load_rows(connection, conversations, conversation_ids)
+        found: dict[str, tuple[Any, ViewState]] = {}
+        for conv, row in counts.items():
+            cached = self._cache.get(conv)
+            if cached is None or len(cached.state.log) != row["event_count"]:
+                cached = _Cached.of(load_state(connection, conv))
+            found[conv] = (cached, cached.state)
+        return found
+
+    def write(self, connection: Connection, changes: list[Change[view.ViewState]], batch: Batch) -> None:
+        """Append the new log entries; upsert each changed conversation's row (branch, digest)."""
         log_rows: list[tuple[Any, ...]] = []
         summary_rows: list[dict[str, Any]] = []
-        for conv, group in groups.items():
-            cached = loaded.get(conv) or _Cached(view.initial(conv), {})
-            before = cached.state
-            after, folded = fold_batch(view.fold_all, view.fold, before, group, rejected)
-            if after is before:
-                continue
-            log_rows.extend(_log_rows(before, after, folded, cached.positions))
-            cached.advance(after)
+        for change in changes:
+            cached = change.stored or _Cached(change.before, {})
+            log_rows.extend(_log_rows(change, cached.positions, batch))
+            cached.advance(change.after)
             summary_rows.append(_summary_row(cached))
-            self._remember(conv, cached)
-        if rejected:
-            self._cache.clear()
-            raise RecordsRejectedError(rejected)
+            self._remember(change.conversation_id, cached)
         bulk_insert(connection, events, EVENT_COLUMNS, log_rows)
         upsert(connection, conversations, summary_rows, ["conversation_id"])
-
-    def digests(self, connection: Connection) -> dict[str, str]:
-        """Per-conversation digest of the view (last seq, active leaf, active branch)."""
-        rows = connection.execute(sa.select(conversations.c.conversation_id, conversations.c.digest))
-        return dict(rows.all())
-
-    def _load(self, connection: Connection, convs: list[str]) -> dict[str, _Cached]:
-        counts: dict[str, int] = {}
-        for start in range(0, len(convs), CHUNK):
-            query = sa.select(conversations.c.conversation_id, conversations.c.event_count).where(
-                conversations.c.conversation_id.in_(convs[start : start + CHUNK])
-            )
-            counts.update(connection.execute(query).all())
-        found: dict[str, _Cached] = {}
-        for conv, count in counts.items():
-            cached = self._cache.get(conv)
-            if cached is None or len(cached.state.log) != count:
-                cached = _Cached.of(load_state(connection, conv))
-            found[conv] = cached
-        return found
 
     def _remember(self, conv: str, cached: _Cached) -> None:
         self._cache[conv] = cached
@@ -173,11 +150,9 @@ def _extend_segments(segments: list[list[int]], added: list[int]) -> None:
 
 
 def _log_rows(
-    before: view.ViewState,
-    after: view.ViewState,
-    folded: Sequence[ConsumedRecord],
-    positions: dict[str, int],
+    change: Change[view.ViewState], positions: dict[str, int], batch: Batch
 ) -> list[tuple[Any, ...]]:
+    before, after, folded = change.before, change.after, change.records
     start = len(before.log)
     added = after.log[start:]
     if len(added) == len(folded):
@@ -200,7 +175,7 @@ def _log_rows(
                 micros(event.timestamp),
                 record.partition,
                 record.offset,
-                event_json(event),
+                batch.event_json(event),
             )
         )
     return rows

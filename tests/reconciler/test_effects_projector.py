@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import re
+from collections.abc import Sequence
 from datetime import timedelta
 from pathlib import Path
 
 import pytest
 import sqlalchemy as sa
 
-from consumers.base import ConsumedRecord
+from consumers.base import ConsumedRecord, Rejection
 from consumers.effects import (
     EffectsConsumer,
     conversation_status,
@@ -17,7 +19,6 @@ from consumers.effects import (
     list_operations,
     operation_ledger,
 )
-from consumers.errors import RecordsRejectedError
 from consumers.store import ensure_projections, open_engine
 from schemas import (
     ActionEvent,
@@ -45,9 +46,9 @@ def engine(tmp_path: Path) -> sa.Engine:
     return engine
 
 
-def apply(engine: sa.Engine, values: list[AvroModel], start: int = 0) -> None:
+def apply(engine: sa.Engine, values: list[AvroModel], start: int = 0) -> Sequence[Rejection]:
     with engine.begin() as conn:
-        EffectsConsumer().apply(conn, consumed(values, start))
+        return EffectsConsumer().apply(conn, consumed(values, start))
 
 
 def action_for(op: str, seq: int = 2) -> ActionEvent:
@@ -92,8 +93,9 @@ def test_illegal_transition_is_rejected_for_the_dlq(engine: sa.Engine) -> None:
     stray = EffectStarted(
         id="s8", operation_id="c2/never", conversation_id="c2", tenant_id="acme", timestamp=now()
     )
-    with pytest.raises(RecordsRejectedError, match="started is not allowed when not proposed"):
-        apply(engine, [stray], start=5)
+    rejected = apply(engine, [stray], start=5)
+    assert [r.record.value for r in rejected] == [stray]
+    assert re.search("started is not allowed when not proposed", str(rejected[0].error))
     # A late attempt after the outcome (a runner that had not seen it) is not poison: no change.
     restart = EffectStarted(id="s9", operation_id=op, conversation_id="c2", tenant_id="acme", timestamp=now())
     apply(engine, [restart], start=6)

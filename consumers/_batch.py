@@ -1,0 +1,116 @@
+"""One batch of decoded records as every projector of a runner sees it, with the work they share."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import overload
+
+from schemas import AvroModel, EventEnvelope
+from schemas.events import EVENT_TYPES
+
+_EVENT_CLASSES = frozenset(EVENT_TYPES)
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumedRecord:
+    """One decoded record with its Kafka coordinates."""
+
+    topic: str
+    partition: int
+    offset: int
+    timestamp_ms: int
+    key: str
+    value: AvroModel
+
+
+@dataclass(frozen=True, slots=True)
+class Rejection:
+    """A record a projector refused (seq gap, unknown parent, illegal transition), with why.
+
+    The projector wrote nothing of it; the runner sends it to the DLQ in the same store
+    transaction that stores the offsets skipping it.
+    """
+
+    record: ConsumedRecord
+    error: Exception
+
+
+class Batch(Sequence[ConsumedRecord]):
+    """Records in log order, plus the per-batch work several projectors need, done once.
+
+    The runner hands one `Batch` to every projector it hosts, so grouping by conversation and
+    the events' JSON text are computed once per batch (not per projector, and not through
+    module-level memos). A batch derived from it (`without`, `keep`) shares the JSON text.
+    """
+
+    __slots__ = ("records", "_events", "_groups", "_json")
+
+    def __init__(self, records: Sequence[ConsumedRecord], _json: dict[int, str] | None = None) -> None:
+        self.records = records
+        self._events: Batch | None = None
+        self._groups: dict[str, list[ConsumedRecord]] | None = None
+        self._json: dict[int, str] = {} if _json is None else _json
+
+    @classmethod
+    def of(cls, records: Sequence[ConsumedRecord]) -> Batch:
+        """`records` as a batch (itself when it is one already)."""
+        return records if isinstance(records, Batch) else cls(records)
+
+    def __len__(self) -> int:
+        return len(self.records)
+
+    @overload
+    def __getitem__(self, index: int) -> ConsumedRecord: ...
+    @overload
+    def __getitem__(self, index: slice) -> Sequence[ConsumedRecord]: ...
+    def __getitem__(self, index: int | slice) -> ConsumedRecord | Sequence[ConsumedRecord]:
+        return self.records[index]
+
+    def __iter__(self) -> Iterator[ConsumedRecord]:
+        return iter(self.records)
+
+    def events(self) -> Batch:
+        """The records holding conversation events (the events topic); `self` when all do."""
+        if self._events is None:
+            # An exact-class set lookup first: isinstance on pydantic models goes through ABCMeta (slow).
+            kept = [
+                r
+                for r in self.records
+                if r.value.__class__ in _EVENT_CLASSES or isinstance(r.value, EventEnvelope)
+            ]
+            self._events = self if len(kept) == len(self.records) else self.keep(kept)
+        return self._events
+
+    def by_conversation(self) -> Mapping[str, list[ConsumedRecord]]:
+        """Event records grouped by conversation, in log order within each (do not mutate)."""
+        if self._groups is None:
+            groups: dict[str, list[ConsumedRecord]] = {}
+            for record in self.events():
+                conv = record.value.conversation_id  # type: ignore[attr-defined]
+                group = groups.get(conv)
+                if group is None:
+                    groups[conv] = [record]
+                else:
+                    group.append(record)
+            self._groups = groups
+        return self._groups
+
+    def event_json(self, event: EventEnvelope) -> str:
+        """An event as the JSON text payload columns store (`model_dump_json()`), once per batch."""
+        text = self._json.get(id(event))
+        if text is None:
+            # What `model_dump_json()` returns, without its keyword plumbing (~0.7 µs an event).
+            text = event.__pydantic_serializer__.to_json(event).decode()
+            self._json[id(event)] = text
+        return text
+
+    def keep(self, records: Sequence[ConsumedRecord]) -> Batch:
+        """A batch of some of these records (sharing the per-batch work that does not depend on which)."""
+        return Batch(records, self._json)
+
+    def without(self, rejected: Iterable[Rejection]) -> Batch:
+        """This batch minus the rejected records; `self` when nothing is removed."""
+        gone = {id(r.record) for r in rejected}
+        kept = [r for r in self.records if id(r) not in gone]
+        return self if len(kept) == len(self.records) else self.keep(kept)
