@@ -18,7 +18,7 @@ from tests.archive.conftest import SinkThread, chain, interleave, publish, rotat
 from tests.conftest import wait_until
 from tests.helpers import read_topic
 
-pytestmark = [pytest.mark.kafka, pytest.mark.s3]
+pytestmark = [pytest.mark.kafka, pytest.mark.s3, pytest.mark.brokers]
 
 
 def run_cli(monkeypatch: pytest.MonkeyPatch, settings: Settings, *argv: str) -> int:

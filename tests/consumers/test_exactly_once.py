@@ -18,7 +18,7 @@ from tests.consumers.builders import interleaved
 from tests.consumers.procs import ConsumerProcess, wait_assigned, wait_progress
 from tests.consumers.verify import assert_index_exact, assert_stats_exact, assert_views_exact, scalar
 
-pytestmark = [pytest.mark.kafka, pytest.mark.chaos]
+pytestmark = [pytest.mark.kafka, pytest.mark.chaos, pytest.mark.brokers]
 
 CONSUMERS = ["views", "index", "stats"]
 

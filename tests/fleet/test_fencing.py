@@ -22,7 +22,7 @@ from schemas.topics import EFFECTS, EVENTS, INBOX
 from tests.fleet._support import RunnerProc, fleet_settings, wait_for
 from tests.producers._support import by_conversation, records
 
-pytestmark = pytest.mark.kafka
+pytestmark = [pytest.mark.kafka, pytest.mark.brokers]
 
 
 @pytest.fixture

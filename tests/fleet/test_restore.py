@@ -17,7 +17,7 @@ from schemas import CondensationEvent, MessageEvent
 from tests.fleet._support import RunnerProc, fleet_settings, wait_for
 from tests.producers._support import events
 
-pytestmark = pytest.mark.kafka
+pytestmark = [pytest.mark.kafka, pytest.mark.brokers]
 
 K = 100
 BATCH = 200

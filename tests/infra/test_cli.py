@@ -108,6 +108,7 @@ def test_tail_conversation_filter_and_limit(
     assert tail_json(settings, "--conversation", "nobody") == []
 
 
+@pytest.mark.brokers
 def test_tail_from_timestamp_includes_exactly_events_at_or_after_it(
     settings: Settings, published: dict[str, list[AvroModel]]
 ) -> None:

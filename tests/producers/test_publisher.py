@@ -14,7 +14,7 @@ from schemas import MessageEvent, SingleObjectCodec
 from schemas.topics import EVENTS
 from tests.helpers import new_id, now, read_topic
 
-pytestmark = pytest.mark.kafka
+pytestmark = [pytest.mark.kafka, pytest.mark.brokers]
 
 
 def message(conv: str, seq: int, text: str = "hi") -> MessageEvent:

@@ -35,7 +35,7 @@ from tests.reconciler.ledger import CODEC, fold_ledger, publish, read_ledger, re
 
 logger = logging.getLogger(__name__)
 
-pytestmark = [pytest.mark.kafka, pytest.mark.chaos]
+pytestmark = [pytest.mark.kafka, pytest.mark.chaos, pytest.mark.brokers]
 
 TOOL_POINTS = tuple(p for p in CRASH_POINTS if p != "after_inbox_message")
 
