@@ -2,23 +2,27 @@
 
 The three input topics are co-partitioned by conversation_id, and an operation_id starts with
 its conversation_id, so an operation's records all arrive on one partition number and its
-table entry lives in the matching changelog partition. faust runs `at_least_once` (aiokafka
-cannot do transactions against the embedded broker, INFRA-NOTES §1.4); records are raw bytes
-in faust and go through our Avro codec, never faust Records or pickle. The table's values are
-`OperationState` JSON (internal state, not a wire contract).
+table entry lives in the matching changelog partition. faust runs `exactly_once` where
+aiokafka's transactions work (Apache Kafka) and `at_least_once` on the embedded broker, which
+cannot serve them (capability record, `aiokafka_transactions`); either way every transition is
+idempotent. Records are raw bytes in faust and go through our Avro codec, never faust Records
+or pickle. The table's values are `OperationState` JSON (internal state, not a wire contract).
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
+from contextvars import ContextVar
 from types import MappingProxyType
 from typing import Any
 
 import faust
+from aiokafka.structs import TopicPartition
 
 from consumers.reconciler.core import Reconciler
 from consumers.reconciler.resolvers import Resolver, load_resolvers
+from infra.capabilities import capabilities
 from infra.settings import Settings
 from schemas import make_codec
 from schemas.topics import DLQ, EFFECTS, EVENTS, RECEIPTS, Topic
@@ -47,6 +51,7 @@ _RAW: Mapping[str, str] = MappingProxyType({"key_serializer": "raw", "value_seri
 def faust_config(settings: Settings) -> dict[str, Any]:
     """faust App settings for this deployment (embedded broker: short timeouts, batches of one)."""
     k = settings.kafka
+    caps = capabilities(settings)
     session_ms = k.embedded_session_timeout_ms if k.embedded else k.session_timeout_ms
     heartbeat_ms = k.embedded_heartbeat_interval_ms if k.embedded else k.heartbeat_interval_ms
     servers = (settings.bootstrap_servers or "").split(",")
@@ -54,7 +59,7 @@ def faust_config(settings: Settings) -> dict[str, Any]:
         "broker": [f"kafka://{s.strip()}" for s in servers if s.strip()],
         "store": "memory://",
         "datadir": str(settings.data_dir / APP_NAME),
-        "processing_guarantee": "at_least_once",
+        "processing_guarantee": "exactly_once" if caps.aiokafka_transactions else "at_least_once",
         "topic_partitions": settings.partitions,
         "topic_replication_factor": settings.replication_factor,
         "topic_disable_leader": True,
@@ -65,11 +70,35 @@ def faust_config(settings: Settings) -> dict[str, Any]:
         "broker_session_timeout": session_ms / 1000,
         "broker_heartbeat_interval": heartbeat_ms / 1000,
     }
-    if k.embedded:
-        # The embedded broker's ListOffsets is wrong for multi-record batches, and faust reads
-        # the changelog's end through it: one record per batch, or table state is lost on restart.
+    if not caps.list_offsets_latest_exact:
+        # Embedded broker workaround: its ListOffsets is wrong for multi-record batches, and faust
+        # reads the changelog's end through it: one record per batch, or table state is lost on restart.
         conf["producer_max_batch_size"] = 1
     return conf
+
+
+_TIMER_PARTITIONS: ContextVar[set[int] | None] = ContextVar("reconciler_timer_partitions", default=None)
+"""Partitions the running timer tick sent to (set only inside the tick's task)."""
+
+
+async def commit_timer_output(app: faust.App, partitions: set[int]) -> None:
+    """Commit the transactions a timer tick wrote into (exactly_once only).
+
+    faust commits a partition's transaction only together with newly consumed offsets, so a
+    transition the timer sent on an idle partition would stay in an open transaction, invisible
+    to read_committed readers, until the next input arrives there. New offsets are committed
+    first; the timer's transactions are then closed with the offsets already committed.
+    """
+    await app.consumer.commit()
+    committed = app.consumer._committed_offset  # noqa: SLF001 - faust has no public view of it
+    # aiokafka wants its own TopicPartition; faust keys restored offsets by its TP tuple.
+    offsets = {
+        TopicPartition(tp.topic, tp.partition): o
+        for tp, o in committed.items()
+        if tp.partition in partitions and o is not None
+    }
+    if offsets:
+        await app.consumer.transactions.commit(offsets, start_new_transaction=True)
 
 
 def build_app(settings: Settings, resolvers: Mapping[str, Resolver] | None = None) -> faust.App:
@@ -87,7 +116,10 @@ def build_app(settings: Settings, resolvers: Mapping[str, Resolver] | None = Non
     async def send(suffix: str, key: bytes, value: bytes, headers: list[tuple[str, bytes]] | None) -> None:
         # Wait for the broker's ack: a transition counts as sent only once it is durable.
         fut = await outputs[suffix].send(key=key, value=value, headers=headers)
-        await fut
+        metadata = await fut
+        touched = _TIMER_PARTITIONS.get()
+        if touched is not None:
+            touched.add(metadata.partition)
 
     reconciler = Reconciler(
         settings=settings,
@@ -107,7 +139,14 @@ def build_app(settings: Settings, resolvers: Mapping[str, Resolver] | None = Non
     async def tick() -> None:
         if app.in_recovery or app.rebalancing:
             return
-        await reconciler.tick()
+        touched: set[int] = set()
+        token = _TIMER_PARTITIONS.set(touched)
+        try:
+            await reconciler.tick()
+        finally:
+            _TIMER_PARTITIONS.reset(token)
+        if touched and app.in_transaction:
+            await commit_timer_output(app, touched)
 
     app.reconciler = reconciler  # type: ignore[attr-defined]
     logger.info("reconciler app %s built; resolvers: %s", app.conf.id, sorted(reconciler.resolvers))
