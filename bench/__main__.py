@@ -21,7 +21,17 @@ from typing import Any
 from bench.common import BenchContext, Figures
 from bench.report import markdown, table
 
-BENCHMARKS: tuple[str, ...] = ("publish", "codec", "search", "sink", "e2e", "replay", "resume", "step")
+BENCHMARKS: tuple[str, ...] = (
+    "publish",
+    "codec",
+    "search",
+    "sink",
+    "e2e",
+    "replay",
+    "resume",
+    "step",
+    "console",
+)
 """Registered benchmarks: each is a module `bench.<name>` with `FIGURES` and `run(ctx) -> Figures`."""
 
 RESULTS = Path(__file__).resolve().parent / "RESULTS.md"

@@ -148,6 +148,21 @@ class ApiSettings(Section):
     receipt_secrets: dict[str, SecretStr] = Field(
         default_factory=dict, description="Provider name -> HMAC secret for POST /receipts."
     )
+    session_secret: SecretStr | None = Field(
+        None,
+        description="Key that signs the web console's session cookies; unset: a random key per process "
+        "(sessions end when the API restarts; set the same value on every API replica).",
+    )
+    session_ttl_s: int = Field(12 * 3600, ge=60, description="Lifetime of a console session (seconds).")
+    console_streams: int = Field(
+        200, ge=1, description="Most live-update streams (server-sent events) one API process keeps open."
+    )
+    console_streams_per_session: int = Field(
+        8, ge=1, description="Most live-update streams one console session may hold (one per open tab)."
+    )
+    console_poll_s: float = Field(
+        0.5, gt=0, description="How often a live-update stream looks at the read side for news."
+    )
 
 
 class OpsSettings(Section):

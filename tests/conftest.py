@@ -31,12 +31,19 @@ hypothesis_settings.load_profile("convdb")
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
-    """--chaos-long: the reconciler chaos test with 200 conversations; --chaos-seed: replay one run."""
+    """--chaos-long: the reconciler chaos test with 200 conversations; --chaos-seed: replay one run;
+    --console-artifacts: the console browser tests' screenshot folder."""
     parser.addoption(
         "--chaos-long", action="store_true", default=False, help="long chaos run (200 conversations)"
     )
     parser.addoption(
         "--chaos-seed", type=int, default=None, help="seed of the chaos test (default: a new one, printed)"
+    )
+    parser.addoption(
+        "--console-artifacts",
+        default=None,
+        metavar="DIR",
+        help="where the console browser tests write their screenshots (default: under pytest's tmp dir)",
     )
 
 

@@ -31,6 +31,7 @@ ROUTERS: tuple[str, ...] = (
     "consumers.api.messages",
     "consumers.api.receipts",
     "consumers.api.operations",
+    "consumers.console",
 )
 """Router modules included by default, in OpenAPI order."""
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from datetime import datetime
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 import sqlalchemy as sa
 from fastapi import APIRouter, HTTPException, Query
@@ -12,6 +12,7 @@ from sqlalchemy.engine import Connection
 
 from consumers._rows import micros
 from consumers.api.deps import Conn, Tenant
+from consumers.errors import QueryInputError
 from consumers.stats import conversations as stats_table
 from consumers.stats import from_row
 from consumers.titles.projector import processors as titles_table
@@ -71,20 +72,79 @@ def _stats_mapping(m: Any) -> dict[str, Any]:
     return {c.name: m[f"s_{c.name}"] for c in stats_table.c}
 
 
+Order = Literal["id", "recent"]
+ExecutionStatus = Literal[
+    "idle", "running", "paused", "waiting_for_confirmation", "waiting_for_human", "finished", "error", "stuck"
+]
+
+
 @router.get("/conversations", summary="List the tenant's conversations")
 def list_conversations(
     tenant_id: Tenant,
     conn: Conn,
     limit: Annotated[int, Query(ge=1, le=500)] = 50,
-    after: Annotated[str | None, Query(description="Last conversation_id of the previous page.")] = None,
+    after: Annotated[str | None, Query(description="`next_after` of the previous page.")] = None,
+    status: Annotated[ExecutionStatus | None, Query(description="Only this execution status.")] = None,
+    since: Annotated[datetime | None, Query(description="Last activity at or after (ISO-8601).")] = None,
+    until: Annotated[datetime | None, Query(description="Last activity before (ISO-8601).")] = None,
+    order: Annotated[Order, Query(description="id, or recent: last activity first.")] = "id",
 ) -> dict[str, Any]:
-    """Conversations with title, execution status and statistics, ordered by id (keyset pages)."""
+    """Conversations with title, execution status and statistics, in keyset pages (by id or recency)."""
+    return conversation_page(
+        conn, tenant_id, limit=limit, after=after, status=status, since=since, until=until, order=order
+    )
+
+
+def conversation_page(
+    conn: Connection,
+    tenant_id: str,
+    *,
+    limit: int = 50,
+    after: str | None = None,
+    status: str | None = None,
+    since: datetime | None = None,
+    until: datetime | None = None,
+    order: str = "id",
+) -> dict[str, Any]:
+    """One keyset page of the tenant's conversations; `after` is the previous page's `next_after`.
+
+    Raises:
+        QueryInputError: a time without timezone, or an `after` that is not of this order.
+    """
     query = _summary_query(tenant_id)
-    if after is not None:
-        query = query.where(views_table.c.conversation_id > after)
-    rows = conn.execute(query.order_by(views_table.c.conversation_id).limit(limit + 1)).all()
+    last_us = stats_table.c.last_us
+    if status is not None:
+        query = query.where(stats_table.c.execution_status == status)
+    for bound, compare in ((since, last_us.__ge__), (until, last_us.__lt__)):
+        if bound is not None:
+            if bound.tzinfo is None:
+                raise QueryInputError("`since`/`until` must carry a timezone (e.g. 2025-01-01T00:00:00Z)")
+            query = query.where(compare(micros(bound)))
+    if order == "recent":
+        # Keyed on the stats table's (tenant, last_us, conversation) index: the newest first.
+        query = query.where(stats_table.c.tenant_id == tenant_id)
+        if after is not None:
+            query = query.where(sa.tuple_(last_us, views_table.c.conversation_id) < _recent_key(after))
+        query = query.order_by(last_us.desc(), views_table.c.conversation_id.desc())
+    else:
+        if after is not None:
+            query = query.where(views_table.c.conversation_id > after)
+        query = query.order_by(views_table.c.conversation_id)
+    rows = conn.execute(query.limit(limit + 1)).all()
     items = [_summary(r) for r in rows[:limit]]
-    return {"conversations": items, "next_after": items[-1]["conversation_id"] if len(rows) > limit else None}
+    more = len(rows) > limit
+    if not more:
+        return {"conversations": items, "next_after": None}
+    last = rows[limit - 1]._mapping
+    key = f"{last['s_last_us']}:{last['conversation_id']}" if order == "recent" else last["conversation_id"]
+    return {"conversations": items, "next_after": key}
+
+
+def _recent_key(after: str) -> tuple[int, str]:
+    us, sep, conversation_id = after.partition(":")
+    if not sep or not us.lstrip("-").isdigit():
+        raise QueryInputError(f"bad `after` {after!r} for order=recent: pass the previous page's next_after")
+    return int(us), conversation_id
 
 
 @router.get("/conversations/{conversation_id}", summary="One conversation: title, status, stats")
@@ -107,15 +167,11 @@ def get_view(
     offset: Annotated[int | None, Query(ge=0, description="Only events up to this Kafka offset.")] = None,
 ) -> dict[str, Any]:
     """What the agent reads: the active branch, condensations applied, root first."""
-    head = conn.execute(
-        sa.select(views_table.c.branch, views_table.c.active_leaf, views_table.c.last_seq).where(
-            views_table.c.conversation_id == conversation_id, views_table.c.tenant_id == tenant_id
-        )
-    ).first()
+    head = branch_head(conn, tenant_id, conversation_id)
     if head is None:
         raise HTTPException(404, f"no conversation {conversation_id!r}")
     if at is None and offset is None:
-        events = _live_branch(conn, conversation_id, json.loads(head.branch))
+        events = branch_events(conn, conversation_id, json.loads(head.branch))
         return {
             "conversation_id": conversation_id,
             "active_leaf": head.active_leaf,
@@ -140,13 +196,51 @@ def get_view(
     }
 
 
-def _live_branch(conn: Connection, conversation_id: str, segments: list[list[int]]) -> list[Any]:
+def branch_head(conn: Connection, tenant_id: str, conversation_id: str) -> Any:
+    """The conversation's view row (branch segments, leaf, last seq, lengths); None unless the tenant's."""
+    v = views_table.c
+    query = sa.select(v.branch, v.active_leaf, v.last_seq, v.branch_length, v.event_count, v.updated_us)
+    return conn.execute(query.where(v.conversation_id == conversation_id, v.tenant_id == tenant_id)).first()
+
+
+def branch_positions(segments: list[list[int]], start: int = 0, stop: int | None = None) -> list[int]:
+    """Log positions of the active branch's items `start:stop` (branch order), from its segments."""
+    total = sum(last - first + 1 for first, last in segments)
+    stop = total if stop is None else min(stop, total)
+    out: list[int] = []
+    index = 0
+    for first, last in segments:
+        size = last - first + 1
+        lo, hi = max(start - index, 0), min(stop - index, size)
+        if lo < hi:
+            out.extend(range(first + lo, first + hi))
+        index += size
+        if index >= stop:
+            break
+    return out
+
+
+def branch_events(
+    conn: Connection, conversation_id: str, segments: list[list[int]], start: int = 0, stop: int | None = None
+) -> list[Any]:
+    """The active branch's events `start:stop` as JSON objects, in branch order (O(window) rows read)."""
     # Segments are in branch order, which is not position order: a condensation's summary
     # stands where the first event it forgot stood, before later (lower-position) events.
-    if not segments:
+    positions = branch_positions(segments, start, stop)
+    if not positions:
         return []
     e = views_events.c
-    ranges = sa.or_(*(e.position.between(first, last) for first, last in segments))
+    ranges = sa.or_(*(e.position.between(first, last) for first, last in _runs(positions)))
     query = sa.select(e.position, e.payload).where(e.conversation_id == conversation_id, ranges)
     payloads = dict(conn.execute(query).all())
-    return [json.loads(payloads[p]) for first, last in segments for p in range(first, last + 1)]
+    return [json.loads(payloads[p]) for p in positions]
+
+
+def _runs(positions: list[int]) -> list[tuple[int, int]]:
+    runs: list[list[int]] = []
+    for p in positions:
+        if runs and runs[-1][1] == p - 1:
+            runs[-1][1] = p
+        else:
+            runs.append([p, p])
+    return [(a, b) for a, b in runs]

@@ -16,7 +16,7 @@ from fastapi import APIRouter, HTTPException, Query
 from fastapi.concurrency import run_in_threadpool
 from pydantic import BaseModel, ConfigDict, Field
 
-from consumers.api.deps import Conn, Ctx, Tenant
+from consumers.api.deps import ApiContext, Conn, Ctx, Tenant
 from consumers.effects import (
     conversation_status,
     counts_by_status,
@@ -52,9 +52,10 @@ def operations(
     status: Status | None = None,
     after: Annotated[str | None, Query(description="operation_id to continue after (keyset page)")] = None,
     limit: Annotated[int, Query(ge=1, le=500)] = 50,
+    conversation_id: Annotated[str | None, Query(description="Only this conversation's.")] = None,
 ) -> dict[str, Any]:
     """Operations with intent (tool + arguments), target and evidence, plus counts by status."""
-    states = list_operations(conn, tenant, status, after, limit)
+    states = list_operations(conn, tenant, status, after, limit, conversation_id)
     return {
         "operations": [operation_view(s) for s in states],
         "next": states[-1].operation_id if len(states) == limit else None,
@@ -62,7 +63,8 @@ def operations(
     }
 
 
-def _owned(conn: Any, tenant: str, operation_id: str) -> OperationState:
+def owned_operation(conn: Any, tenant: str, operation_id: str) -> OperationState:
+    """The tenant's operation; HTTPException 404 when it does not exist for this tenant."""
     state = get_operation(conn, operation_id)
     if state is None or state.status is None or state.tenant_id != tenant:
         raise HTTPException(404, f"no operation {operation_id!r}")
@@ -76,18 +78,24 @@ def _owned(conn: Any, tenant: str, operation_id: str) -> OperationState:
 )
 async def resolve(operation_id: str, body: Resolve, tenant: Tenant, conn: Conn, ctx: Ctx) -> dict[str, Any]:
     """Record the decision on the ledger and wake the conversation's runner; 409 unless unknown."""
-    state = _owned(conn, tenant, operation_id)
+    state = owned_operation(conn, tenant, operation_id)
+    resolved = await record_decision(ctx, state, body, f"human:{tenant}")
+    return {"operation_id": operation_id, "decision": body.decision, "ledger_id": resolved.id}
+
+
+async def record_decision(ctx: ApiContext, state: OperationState, body: Resolve, by: str) -> EffectResolved:
+    """Publish a human's decision (ledger first, then the runner's wake-up); 409 unless unknown."""
+    operation_id = state.operation_id
     if state.status is not OperationStatus.UNKNOWN:
         raise HTTPException(
             409, f"operation {operation_id} is {state.status}, not unknown: nothing to decide"
         )
     now = datetime.now(UTC)
-    by = f"human:{tenant}"
     resolved = EffectResolved(
         id=transition_id(operation_id, f"human@{state.attempt}"),
         operation_id=operation_id,
         conversation_id=state.conversation_id,
-        tenant_id=tenant,
+        tenant_id=state.tenant_id,
         timestamp=now,
         decision=body.decision,
         resolved_by=by,
@@ -96,7 +104,7 @@ async def resolve(operation_id: str, body: Resolve, tenant: Tenant, conn: Conn, 
     wake = InboxMessage(
         id=str(uuid.uuid4()),
         conversation_id=state.conversation_id,
-        tenant_id=tenant,
+        tenant_id=state.tenant_id,
         timestamp=now,
         command="resolve",
         content=body.decision,
@@ -106,13 +114,13 @@ async def resolve(operation_id: str, body: Resolve, tenant: Tenant, conn: Conn, 
     # The decision is durable on the ledger before the runner is woken to act on it.
     await run_in_threadpool(ctx.publish, [(EFFECTS, resolved)])
     await run_in_threadpool(ctx.publish, [(INBOX, wake)])
-    return {"operation_id": operation_id, "decision": body.decision, "ledger_id": resolved.id}
+    return resolved
 
 
 @router.get("/operations/{operation_id:path}", summary="one operation with its ledger")
 def operation(operation_id: str, tenant: Tenant, conn: Conn) -> dict[str, Any]:
     """An operation's intent, status, evidence and every distinct ledger record."""
-    state = _owned(conn, tenant, operation_id)
+    state = owned_operation(conn, tenant, operation_id)
     return {**operation_view(state), "ledger": operation_ledger(conn, operation_id)}
 
 

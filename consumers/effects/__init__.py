@@ -3,6 +3,7 @@
 from consumers.effects.projector import EffectsConsumer, load_operations, to_row
 from consumers.effects.queries import (
     conversation_status,
+    counts_by_conversation,
     counts_by_status,
     get_operation,
     list_operations,
@@ -13,6 +14,7 @@ from consumers.effects.queries import (
 __all__ = [
     "EffectsConsumer",
     "conversation_status",
+    "counts_by_conversation",
     "counts_by_status",
     "get_operation",
     "list_operations",

@@ -48,10 +48,17 @@ def operation_view(state: OperationState) -> dict[str, Any]:
 
 
 def list_operations(
-    conn: Connection, tenant_id: str, status: str | None, after: str | None, limit: int
+    conn: Connection,
+    tenant_id: str,
+    status: str | None,
+    after: str | None,
+    limit: int,
+    conversation_id: str | None = None,
 ) -> list[OperationState]:
-    """A tenant's operations (optionally of one status), keyset-paginated by operation_id."""
+    """A tenant's operations (optionally of one status or conversation), keyset-paginated by operation_id."""
     query = sa.select(operations.c.state).where(operations.c.tenant_id == tenant_id)
+    if conversation_id is not None:
+        query = query.where(operations.c.conversation_id == conversation_id)
     if status is not None:
         query = query.where(operations.c.status == status)
     else:
@@ -89,6 +96,24 @@ def counts_by_status(conn: Connection, tenant_id: str | None = None) -> dict[str
     counts = {s.value: 0 for s in OperationStatus}
     counts.update(dict(conn.execute(query.group_by(operations.c.status)).all()))  # type: ignore[arg-type]
     return counts
+
+
+def counts_by_conversation(
+    conn: Connection, tenant_id: str, conversation_ids: list[str]
+) -> dict[str, dict[str, int]]:
+    """Operations per status of each of these conversations of the tenant (zeros included)."""
+    found: dict[str, dict[str, int]] = {c: {s.value: 0 for s in OperationStatus} for c in conversation_ids}
+    if not conversation_ids:
+        return found
+    o = operations.c
+    query = (
+        sa.select(o.conversation_id, o.status, sa.func.count())
+        .where(o.tenant_id == tenant_id, o.conversation_id.in_(conversation_ids), o.status.is_not(None))
+        .group_by(o.conversation_id, o.status)
+    )
+    for conversation_id, status, count in conn.execute(query):
+        found[conversation_id][status] = count
+    return found
 
 
 def conversation_status(conn: Connection, conversation_id: str) -> dict[str, Any] | None:

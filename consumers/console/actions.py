@@ -1,0 +1,171 @@
+"""Console actions (POST forms): sign in and out, send a message, pause/resume, decide an operation.
+
+Each action calls the JSON API's own function (`send_to_inbox`, `owned_operation`,
+`record_decision`), so the console cannot do anything the tenant's API key could not.
+Every form carries the session's CSRF token; sign-in carries the login cookie's.
+"""
+
+from __future__ import annotations
+
+from urllib.parse import quote, urlencode
+
+from fastapi import APIRouter, HTTPException, Request
+from fastapi.concurrency import run_in_threadpool
+from fastapi.responses import Response
+from pydantic import ValidationError
+
+from consumers.api.deps import Conn, context
+from consumers.api.messages import send_to_inbox
+from consumers.api.operations import Resolve, owned_operation, record_decision
+from consumers.console.render import form, redirect, render
+from consumers.console.session import COOKIE, LOGIN_COOKIE, ConsoleUser, same_token, set_cookie
+from consumers.console.web import console_state, current_user, error_page, login_redirect
+from infra.errors import PublishError
+
+router = APIRouter(include_in_schema=False)
+
+LOGIN_PATH = "/console/login"
+MAX_MESSAGE = 100_000
+
+
+@router.get(LOGIN_PATH, summary="console: sign-in form")
+def login_form(request: Request) -> Response:
+    """The sign-in form (a signed-in user goes to the conversations)."""
+    if current_user(request) is not None:
+        return redirect("/")
+    return _login_page(request)
+
+
+def _login_page(request: Request, error: str | None = None, status: int = 200) -> Response:
+    token = console_state(request).sessions.login_token()
+    response = render(
+        "login.html", status, page_title="Sign in", csrf=token, error=error, user=None, unknowns=0, nav=""
+    )
+    set_cookie(response, request, LOGIN_COOKIE, token, max_age=1800, path=LOGIN_PATH)
+    return response
+
+
+@router.post(LOGIN_PATH, summary="console: sign in")
+async def login(request: Request) -> Response:
+    """Check the API key once and start a session cookie (the key itself is never stored in it)."""
+    fields = await form(request)
+    if not same_token(request.cookies.get(LOGIN_COOKIE, ""), fields.get("csrf")):
+        return _login_page(request, "The sign-in form expired. Please try again.", 403)
+    sessions = console_state(request).sessions
+    api_key = fields.get("api_key", "")
+    name = " ".join(fields.get("name", "").split())[:80]
+    if not api_key or sessions.tenant_of_key(api_key) is None:
+        return _login_page(request, "Unknown API key.", 401)
+    response = redirect("/")
+    set_cookie(response, request, COOKIE, sessions.issue(api_key, name), max_age=sessions.ttl_s)
+    response.delete_cookie(LOGIN_COOKIE, path=LOGIN_PATH)
+    return response
+
+
+@router.post("/console/logout", summary="console: sign out")
+async def logout(request: Request) -> Response:
+    """End the session (the cookie is cleared)."""
+    user = current_user(request)
+    fields = await form(request)
+    if user is not None and not same_token(user.csrf, fields.get("csrf")):
+        return error_page(user, HTTPException(403, "bad or missing form token; reload the page"))
+    response = redirect(LOGIN_PATH)
+    response.delete_cookie(COOKIE, path="/")
+    return response
+
+
+async def _checked(request: Request) -> tuple[ConsoleUser | None, dict[str, str], Response | None]:
+    """The user and form of an action, or the response refusing it (no session, bad CSRF token)."""
+    user = current_user(request)
+    if user is None:
+        return None, {}, login_redirect()
+    fields = await form(request)
+    if not same_token(user.csrf, fields.get("csrf")):
+        return (
+            user,
+            fields,
+            error_page(user, HTTPException(403, "bad or missing form token; reload the page")),
+        )
+    return user, fields, None
+
+
+@router.post("/console/conversations/{conversation_id}/messages", summary="console: send a message")
+async def send_message(request: Request, conversation_id: str, conn: Conn) -> Response:
+    """A user message into the conversation's inbox (durable before the redirect)."""
+    user, fields, refused = await _checked(request)
+    if refused or user is None:
+        return refused or login_redirect()
+    content = fields.get("content", "")
+    if not content.strip() or len(content) > MAX_MESSAGE:
+        return error_page(user, HTTPException(400, f"a message has 1 to {MAX_MESSAGE} characters"))
+    return await _inbox(request, conn, user, conversation_id, "message", content, "sent")
+
+
+@router.post("/console/conversations/{conversation_id}/pause", summary="console: pause")
+async def pause(request: Request, conversation_id: str, conn: Conn) -> Response:
+    """Ask the runner to pause the conversation."""
+    user, _, refused = await _checked(request)
+    if refused or user is None:
+        return refused or login_redirect()
+    return await _inbox(request, conn, user, conversation_id, "pause", "", "pause")
+
+
+@router.post("/console/conversations/{conversation_id}/resume", summary="console: resume")
+async def resume(request: Request, conversation_id: str, conn: Conn) -> Response:
+    """Ask the runner to resume the conversation."""
+    user, _, refused = await _checked(request)
+    if refused or user is None:
+        return refused or login_redirect()
+    return await _inbox(request, conn, user, conversation_id, "resume", "", "resume")
+
+
+async def _inbox(
+    request: Request,
+    conn: Conn,
+    user: ConsoleUser,
+    conversation_id: str,
+    command: str,
+    content: str,
+    notice: str,
+) -> Response:
+    ctx = context(request)
+    sender = user.name or "user"
+    try:
+        await run_in_threadpool(
+            send_to_inbox,
+            conn,
+            ctx,
+            user.tenant_id,
+            conversation_id,
+            command,
+            content,
+            sender,
+            must_exist=True,
+        )
+    except HTTPException as exc:
+        return error_page(user, exc)
+    except PublishError as exc:
+        return error_page(user, HTTPException(503, f"not acknowledged by the broker, try again: {exc}"))
+    return redirect(f"/console/conversations/{quote(conversation_id, safe='')}?notice={notice}")
+
+
+@router.post("/console/operations/resolve", summary="console: decide an unknown operation")
+async def resolve(request: Request, conn: Conn) -> Response:
+    """A human decision on an unknown operation: on the ledger with who decided, then the runner is woken."""
+    user, fields, refused = await _checked(request)
+    if refused or user is None:
+        return refused or login_redirect()
+    operation_id = fields.get("operation_id", "")
+    try:
+        body = Resolve(decision=fields.get("decision", ""), note=fields.get("note", ""))  # type: ignore[arg-type]
+    except ValidationError:
+        problem = "decide with one of the three buttons (the note has at most 2000 characters)"
+        return error_page(user, HTTPException(400, problem))
+    try:
+        state = await run_in_threadpool(owned_operation, conn, user.tenant_id, operation_id)
+        await record_decision(context(request), state, body, user.decided_by)
+    except HTTPException as exc:
+        return error_page(user, exc)
+    except PublishError as exc:
+        return error_page(user, HTTPException(503, f"not acknowledged by the broker, try again: {exc}"))
+    return redirect("/console/queue?" + urlencode({"resolved": operation_id, "decision": body.decision}))

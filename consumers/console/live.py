@@ -1,0 +1,199 @@
+"""Live updates: server-sent events fed from the read side, bounded and back-pressured.
+
+A stream polls the store (every `console_poll_s`) with the API's query functions and sends
+only what changed: new timeline items rendered as escaped HTML (`append`), a hint to refresh
+the panels (`changed`), or `reload` when the active branch no longer extends what the page
+shows. Back-pressure: the next poll waits until the previous message was written to the
+socket (uvicorn pauses the writer while the client's buffer is full), and one message carries
+at most `BATCH` events. Bounds: `console_streams` per process and `console_streams_per_session`;
+past them a stream answers 503 and the page's script retries later. A stream ends after
+`LIFETIME_S` (the browser reconnects and the session is checked again).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+import time
+from collections.abc import AsyncIterator, Callable
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Header, Query, Request
+from fastapi.concurrency import run_in_threadpool
+from fastapi.responses import PlainTextResponse, Response, StreamingResponse
+from sqlalchemy.engine import Engine
+
+from consumers.api.conversations import branch_events, branch_head, conversation_page
+from consumers.api.deps import context
+from consumers.console.render import fragment
+from consumers.console.web import console_state, current_user
+from consumers.effects import conversation_status, counts_by_status
+
+router = APIRouter(include_in_schema=False)
+
+BATCH = 100
+LIFETIME_S = 300.0
+HEARTBEAT_S = 15.0
+_LINES = re.compile(r"\r\n|\r|\n")
+
+
+def sse(event: str, data: str = "", event_id: str | None = None) -> str:
+    """One server-sent event; every line break of `data` (CR too) starts a new `data:` line."""
+    head = [f"event: {event}"]
+    if event_id and not _LINES.search(event_id):
+        head.append(f"id: {event_id}")
+    return "\n".join([*head, *(f"data: {line}" for line in _LINES.split(data))]) + "\n\n"
+
+
+class _GatedStream(StreamingResponse):
+    """A stream that gives its slot back however it ends (even if it never started)."""
+
+    def __init__(self, content: AsyncIterator[str], release: Callable[[], None]) -> None:
+        super().__init__(
+            content,
+            media_type="text/event-stream",
+            headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"},
+        )
+        self._release = release
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            self._release()
+
+
+def _open(request: Request, step: Callable[[], list[str]]) -> Response:
+    user = current_user(request)
+    if user is None:
+        return PlainTextResponse("sign in first", status_code=401)
+    state = console_state(request)
+    if not state.gate.acquire(user.nonce):
+        return PlainTextResponse(
+            "too many live streams; retry later", status_code=503, headers={"Retry-After": "10"}
+        )
+    released = False
+
+    def release() -> None:
+        nonlocal released
+        if not released:
+            released = True
+            state.gate.release(user.nonce)
+
+    return _GatedStream(_pump(request, step, state.poll_s), release)
+
+
+async def _pump(request: Request, step: Callable[[], list[str]], poll_s: float) -> AsyncIterator[str]:
+    yield "retry: 2000\n\n"
+    deadline, quiet_since = time.monotonic() + LIFETIME_S, time.monotonic()
+    while time.monotonic() < deadline and not await request.is_disconnected():
+        messages = await run_in_threadpool(step)
+        for message in messages:
+            yield message  # returns only once the message was handed to the socket
+        if any(m.startswith(("event: reload", "event: gone")) for m in messages):
+            return
+        if messages:
+            quiet_since = time.monotonic()
+        elif time.monotonic() - quiet_since > HEARTBEAT_S:
+            yield ": keep-alive\n\n"
+            quiet_since = time.monotonic()
+        await asyncio.sleep(0 if len(messages) > 1 else poll_s)
+
+
+@router.get("/console/live/conversations", summary="console: live list updates")
+def live_list(request: Request) -> Response:
+    """`changed` whenever the tenant's conversations or human queue change."""
+    user = current_user(request)
+    if user is None:
+        return PlainTextResponse("sign in first", status_code=401)
+    engine, tenant_id = context(request).engine, user.tenant_id
+    seen: list[Any] = []
+
+    def step() -> list[str]:
+        with engine.connect() as conn:
+            newest = conversation_page(conn, tenant_id, limit=1, order="recent")["conversations"]
+            key = (
+                json.dumps(newest, sort_keys=True, default=str),
+                sorted(counts_by_status(conn, tenant_id).items()),
+            )
+        first = not seen
+        if first or seen[0] != key:
+            seen[:] = [key]
+            return [] if first else [sse("changed")]
+        return []
+
+    return _open(request, step)
+
+
+@router.get("/console/live/conversations/{conversation_id}", summary="console: live timeline")
+def live_conversation(
+    request: Request,
+    conversation_id: str,
+    since: Annotated[int, Query(ge=0, le=2**62)] = 0,
+    tail: Annotated[str, Query(max_length=400)] = "",
+    last_event_id: Annotated[str | None, Header(max_length=500)] = None,
+) -> Response:
+    """New active-branch events after branch index `since` (whose last event is `tail`), as HTML."""
+    user = current_user(request)
+    if user is None:
+        return PlainTextResponse("sign in first", status_code=401)
+    with context(request).engine.connect() as conn:
+        if branch_head(conn, user.tenant_id, conversation_id) is None:
+            return PlainTextResponse("no such conversation", status_code=404)
+    if last_event_id:  # a reconnect continues where the browser's last message left it
+        index, _, tail_id = last_event_id.partition(":")
+        if index.isdigit():
+            since, tail = int(index), tail_id
+    feed = _Feed(context(request).engine, user.tenant_id, conversation_id, since, tail)
+    return _open(request, feed.step)
+
+
+class _Feed:
+    """What one conversation stream has sent so far, and the next poll."""
+
+    def __init__(self, engine: Engine, tenant_id: str, conversation_id: str, since: int, tail: str) -> None:
+        self.engine, self.tenant_id, self.conversation_id = engine, tenant_id, conversation_id
+        self.since, self.tail = since, tail
+        self.fingerprint: Any = None
+
+    def step(self) -> list[str]:
+        """Messages for this poll: `append` (new items), `changed` (panels), `reload` or `gone`."""
+        with self.engine.connect() as conn:
+            head = branch_head(conn, self.tenant_id, self.conversation_id)
+            if head is None:
+                return [sse("gone")]
+            status = conversation_status(conn, self.conversation_id) or {}
+            fingerprint = (
+                head.event_count,
+                head.updated_us,
+                head.branch_length,
+                json.dumps(status, sort_keys=True),
+            )
+            if fingerprint == self.fingerprint:
+                return []
+            first, self.fingerprint = self.fingerprint is None, fingerprint
+            segments = json.loads(head.branch)
+            if not self._extends(conn, segments, head.branch_length):
+                return [sse("reload")]
+            news = branch_events(conn, self.conversation_id, segments, self.since, self.since + BATCH)
+            messages = []
+            if news:
+                self.since, self.tail = self.since + len(news), news[-1]["id"]
+                messages.append(
+                    sse("append", fragment("_events.html", events=news), f"{self.since}:{self.tail}")
+                )
+                if self.since < head.branch_length:
+                    self.fingerprint = None  # more to send: poll again at once
+            if messages or not first:
+                messages.append(sse("changed"))
+            return messages
+
+    def _extends(self, conn: Any, segments: list[list[int]], length: int) -> bool:
+        """True when the branch still starts with what the page shows (its item `since - 1` is `tail`)."""
+        if self.since == 0:
+            return True
+        if self.since > length:
+            return False
+        (last,) = branch_events(conn, self.conversation_id, segments, self.since - 1, self.since)
+        return bool(last["id"] == self.tail)

@@ -1,0 +1,215 @@
+"""Console pages (GET): conversations, one conversation, its branches, the human queue, sign-in."""
+
+from __future__ import annotations
+
+from importlib import resources
+from typing import Annotated, Any
+from urllib.parse import quote, urlencode
+
+from fastapi import APIRouter, HTTPException, Query, Request
+from fastapi.responses import Response
+
+from consumers.api.conversations import branch_head
+from consumers.api.deps import Conn
+from consumers.console import data
+from consumers.console.branches import branch_tree
+from consumers.console.render import SECURITY_HEADERS, fragment, render
+from consumers.console.web import (
+    STATUSES,
+    current_user,
+    error_page,
+    local_input,
+    login_redirect,
+    page_context,
+    parse_int,
+    parse_time,
+)
+from consumers.errors import QueryInputError
+
+router = APIRouter(include_in_schema=False)
+
+Text = Annotated[str | None, Query(max_length=400)]
+STATIC = {"console.js": "text/javascript; charset=utf-8", "console.css": "text/css; charset=utf-8"}
+NOTICES = {
+    "sent": "Message sent: it is durable in the conversation's inbox and the runner will pick it up.",
+    "pause": "Pause requested: the runner pauses the conversation after the current step.",
+    "resume": "Resume requested.",
+}
+RESUMABLE = frozenset({"paused", "waiting_for_confirmation", "stuck"})
+PAUSABLE = frozenset({"running", "idle"})
+
+
+@router.get("/", summary="console: conversations")
+def conversations_page(
+    request: Request,
+    conn: Conn,
+    status: Text = None,
+    since: Text = None,
+    until: Text = None,
+    after: Text = None,
+) -> Response:
+    """The tenant's conversations, most recent activity first, filtered by status and time."""
+    user = current_user(request)
+    if user is None:
+        return login_redirect()
+    try:
+        if status and status not in STATUSES:
+            raise HTTPException(400, f"unknown status {status!r}")
+        start, end = parse_time(since, "since"), parse_time(until, "until")
+        page = data.conversations(
+            conn, user.tenant_id, after=after or None, status=status or None, since=start, until=end
+        )
+    except QueryInputError as exc:
+        return error_page(user, HTTPException(400, str(exc)))
+    except HTTPException as exc:
+        return error_page(user, exc)
+    filters = {"status": status or "", "since": local_input(start), "until": local_input(end)}
+    kept = {k: v for k, v in (("status", status), ("since", since), ("until", until)) if v}
+    return render(
+        "list.html",
+        **page_context(user, conn, "list", "Conversations"),
+        page=page,
+        statuses=STATUSES,
+        filters=filters,
+        after=after,
+        first_url="/?" + urlencode(kept),
+        next_url="/?" + urlencode({**kept, "after": page["next_after"] or ""}),
+    )
+
+
+@router.get("/console/conversations/{conversation_id}", summary="console: one conversation")
+def conversation_page(
+    request: Request,
+    conversation_id: str,
+    conn: Conn,
+    before: Text = None,
+    at: Text = None,
+    offset: Text = None,
+    notice: Text = None,
+) -> Response:
+    """Timeline (live or as of a time/offset), the three facts, stats and chart, the effect ledger."""
+    user = current_user(request)
+    if user is None:
+        return login_redirect()
+    try:
+        when, upto, until = parse_time(at, "at"), parse_int(offset, "offset"), parse_int(before, "before")
+        page = data.conversation(conn, user.tenant_id, conversation_id)
+        if when is None and upto is None:
+            timeline = data.live_timeline(conn, user.tenant_id, conversation_id, until)
+        else:
+            timeline = data.as_of_timeline(conn, user.tenant_id, conversation_id, when, upto, until)
+    except HTTPException as exc:
+        return error_page(user, exc)
+    return render(
+        "conversation.html",
+        **page_context(user, conn, "", page.summary["title"] or conversation_id),
+        **_timeline_links(conversation_id, timeline, when, upto),
+        page=page,
+        timeline=timeline,
+        events=timeline.events,
+        notice=NOTICES.get(notice or ""),
+        commands=_commands(page.summary["execution_status"]),
+        branched=_branched(page.summary),
+        as_of_at=local_input(when),
+        as_of_offset="" if upto is None else upto,
+    )
+
+
+def _timeline_links(
+    conversation_id: str, timeline: data.Timeline, at: Any, offset: int | None
+) -> dict[str, str]:
+    base = f"/console/conversations/{_q(conversation_id)}"
+    keep = {k: v for k, v in (("at", at.isoformat() if at else None), ("offset", offset)) if v is not None}
+    links = {"earlier_url": f"{base}?{urlencode({**keep, 'before': timeline.start})}", "later_url": ""}
+    if timeline.end < timeline.total:
+        links["later_url"] = f"{base}?{urlencode({**keep, 'before': timeline.end + data.TIMELINE_PAGE})}"
+    links["live_url"] = f"/console/live/conversations/{_q(conversation_id)}?" + urlencode(
+        {"since": timeline.end, "tail": timeline.tail_id or ""}
+    )
+    return links
+
+
+def _q(value: str) -> str:
+    return quote(value, safe="")
+
+
+def _commands(status: str | None) -> set[str]:
+    return {c for c, allowed in (("pause", PAUSABLE), ("resume", RESUMABLE)) if status in allowed}
+
+
+def _branched(summary: dict[str, Any]) -> bool:
+    counts = (summary.get("stats") or {}).get("counts") or {}
+    if any(counts.get(k) for k in ("active_leaf_changed", "fork", "condensation")):
+        return True
+    return bool(summary["events"] - counts.get("title", 0) != summary["view_length"])
+
+
+@router.get("/console/conversations/{conversation_id}/usage.svg", summary="console: usage chart")
+def usage_chart(request: Request, conversation_id: str, conn: Conn) -> Response:
+    """Cumulative tokens and cost over time as an SVG image (rendered here; a separate request
+    because it reads every LLM call, which the page itself never does)."""
+    user = current_user(request)
+    if user is None or branch_head(conn, user.tenant_id, conversation_id) is None:
+        return Response("not found", status_code=404, media_type="text/plain")
+    svg = fragment("usage.svg", chart=data.usage_series(conn, user.tenant_id, conversation_id))
+    # The URL carries the conversation's last seq, so a cached image is never stale.
+    headers = {**SECURITY_HEADERS, "Cache-Control": "private, max-age=86400"}
+    return Response(svg, media_type="image/svg+xml", headers=headers)
+
+
+@router.get("/console/conversations/{conversation_id}/branches", summary="console: branches")
+def branches_page(request: Request, conversation_id: str, conn: Conn, leaf: Text = None) -> Response:
+    """Every branch of the conversation's event tree; with `leaf`, that branch's events."""
+    user = current_user(request)
+    if user is None:
+        return login_redirect()
+    try:
+        branches, events = branch_tree(conn, user.tenant_id, conversation_id, leaf or None)
+    except HTTPException as exc:
+        return error_page(user, exc)
+    return render(
+        "branches.html",
+        **page_context(user, conn, "", f"Branches of {conversation_id}"),
+        conversation_id=conversation_id,
+        branches=branches,
+        events=events,
+        shown=leaf if events else None,
+    )
+
+
+@router.get("/console/queue", summary="console: human queue")
+def queue_page(
+    request: Request, conn: Conn, after: Text = None, resolved: Text = None, decision: Text = None
+) -> Response:
+    """Unknown operations across the tenant's conversations, each with evidence and the three decisions."""
+    user = current_user(request)
+    if user is None:
+        return login_redirect()
+    notice, notice_conversation = None, None
+    if resolved and decision in DECISION_TEXT:
+        notice = f"Recorded “{DECISION_TEXT[decision]}” for {resolved}; the conversation was woken."
+        notice_conversation = resolved.rpartition("/")[0] or None
+    return render(
+        "queue.html",
+        **page_context(user, conn, "queue", "Human queue"),
+        queue=data.queue(conn, user.tenant_id, after or None),
+        notice=notice,
+        notice_conversation=notice_conversation,
+    )
+
+
+DECISION_TEXT = {
+    "confirmed": "it happened",
+    "retry": "it did not happen (retry allowed)",
+    "failed": "abandon",
+}
+
+
+@router.get("/console/static/{name}", summary="console: script and style")
+def static(name: str) -> Response:
+    """The console's own script and style sheet (package data; no CDN)."""
+    if name not in STATIC:
+        raise HTTPException(404, "no such file")
+    body = resources.files("consumers.console").joinpath("static", name).read_bytes()
+    headers = {**SECURITY_HEADERS, "Cache-Control": "public, max-age=300"}
+    return Response(body, media_type=STATIC[name], headers=headers)

@@ -1,0 +1,254 @@
+"""The console in Debian's Chromium (Playwright) against a running stack with the demo's conversations.
+
+list → open a conversation → its timeline equals the API's view → decide the unknown operation
+in the human queue and watch the conversation continue, live → a new event appears live → a
+hostile message renders as text → another tenant's session sees none of it. Screenshots of each
+page go to `--console-artifacts DIR` (default: a folder under pytest's tmp dir, printed).
+Without /usr/bin/chromium these tests fail: `infra/scripts/chromium.sh` installs it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from playwright.sync_api import expect
+
+from infra.cli.demo import task
+from infra.kafka import apply_topics
+from infra.settings import Settings
+from tests.console.conftest import HOSTILE
+from tests.console.stack import Stack
+
+pytestmark = pytest.mark.kafka
+
+CHROMIUM = "/usr/bin/chromium"
+FLAGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+NOTIFY = 'Tell ops the deploy is done.\n!notify {"to": "ops", "text": "deploy of service 1 done"}'
+WAIT_MS = 60_000
+
+
+@pytest.fixture(scope="module")
+def stack(make_module_settings: Settings, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+    """The demo's three conversations, one whose notify outcome is unknown (its runner was killed
+    during the provider call), a hostile one, and another tenant's; all run by fleet runners."""
+    running = Stack(make_module_settings, tmp_path_factory.mktemp("console-stack")).start()
+    try:
+        workspace = running.root / "workspace"
+        workspace.mkdir(exist_ok=True)
+        for i in (1, 2, 3):
+            (workspace / f"notes-{i}.txt").write_text(f"Notes {i}: the deploy of service {i} went fine.")
+            running.send(f"demo-{i}", "demo", task(i))
+        running.send("notify-1", "demo", NOTIFY)
+        running.send("hostile-1", "demo", HOSTILE)
+        running.send("other-1", "other", "A task of another tenant")
+        first = running.start_runner(
+            "runner-a", CONVDB_CRASH_AT="after_effect_started", CONVDB_CRASH_TOOL="notify"
+        )
+        assert first.wait(90) == -9, running.logs()  # SIGKILLed in the middle of the notify call
+        running.start_runner("runner-b")
+        for conv in ("demo-1", "demo-2", "demo-3", "hostile-1"):
+            running.wait_status(conv, "finished")
+        running.wait_status("notify-1", "waiting_for_human")
+        running.wait_status("other-1", "finished", key="other-key")
+        yield running
+    finally:
+        running.close()
+
+
+@pytest.fixture(scope="module")
+def make_module_settings(broker: Any, tmp_path_factory: pytest.TempPathFactory) -> Settings:
+    """Settings under a fresh namespace for this module, topics created."""
+    import uuid
+
+    settings = Settings(  # type: ignore[call-arg]
+        _env_file=None,
+        namespace=f"t{uuid.uuid4().hex[:10]}",
+        bootstrap_servers=broker.bootstrap_servers,
+        data_dir=tmp_path_factory.mktemp("console-data"),
+        partitions=4,
+    )
+    settings = settings.model_copy(
+        update={"kafka": settings.kafka.model_copy(update={"embedded": broker.embedded})}
+    )
+    apply_topics(settings)
+    return settings
+
+
+@pytest.fixture(scope="module")
+def artifacts(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The screenshot folder (printed once)."""
+    given = request.config.getoption("--console-artifacts")
+    folder = Path(given) if given else tmp_path_factory.mktemp("console-screenshots")
+    folder.mkdir(parents=True, exist_ok=True)
+    with request.config.pluginmanager.get_plugin("capturemanager").global_and_fixture_disabled():  # type: ignore[union-attr]
+        print(f"\nconsole screenshots: {folder.resolve()}")
+    return folder
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
+    """Debian's Chromium driven by Playwright (never a downloaded browser)."""
+    if not os.access(CHROMIUM, os.X_OK):
+        pytest.fail(
+            f"{CHROMIUM} is missing: run `bash infra/scripts/chromium.sh` (Debian's chromium)", pytrace=False
+        )
+    from playwright.sync_api import sync_playwright  # imported here: the failure above names the fix
+
+    with sync_playwright() as p:
+        chromium = p.chromium.launch(executable_path=CHROMIUM, args=FLAGS)
+        yield chromium
+        chromium.close()
+
+
+@pytest.fixture(scope="module")
+def session(browser: Any, stack: Stack) -> Iterator[Any]:
+    """A browser context signed in as the demo tenant through the login form; JS errors are collected."""
+    context = browser.new_context(base_url=stack.url, viewport={"width": 1366, "height": 900})
+    context.errors = []
+    context.on("weberror", lambda error: context.errors.append(str(error.error)))
+    context.on("console", lambda m: m.type == "error" and context.errors.append(m.text))
+    yield context
+    context.close()
+
+
+def shot(page: Any, artifacts: Path, name: str) -> None:
+    page.screenshot(path=str(artifacts / f"{name}.png"), full_page=True)
+
+
+def test_list_after_signing_in(session: Any, stack: Stack, artifacts: Path) -> None:
+    page = session.new_page()
+    page.goto("/")
+    assert page.url.endswith("/console/login")
+    shot(page, artifacts, "0-login")
+    page.get_by_label("API key").fill("demo-key")
+    page.get_by_label("Your name").fill("Ada")
+    page.get_by_role("button", name="Sign in").click()
+    page.wait_for_url(stack.url + "/")
+    rows = page.locator("tr[data-conversation-id]")
+    ids = {rows.nth(i).get_attribute("data-conversation-id") for i in range(rows.count())}
+    assert ids == {"demo-1", "demo-2", "demo-3", "notify-1", "hostile-1"}
+    waiting = page.locator('tr[data-conversation-id="notify-1"]')
+    assert "waiting for human" in waiting.inner_text() and "1 unknown" in waiting.inner_text()
+    assert "api_key" not in page.url and "demo-key" not in page.content()
+    shot(page, artifacts, "1-conversations")
+    page.close()
+
+
+def test_open_a_conversation_and_its_timeline_is_the_api_view(
+    session: Any, stack: Stack, artifacts: Path
+) -> None:
+    page = session.new_page()
+    page.goto("/")
+    title = stack.api("/conversations/demo-1")["title"]
+    page.get_by_role("link", name=title).click()
+    page.wait_for_url("**/console/conversations/demo-1")
+    shown = page.locator("#timeline > li").evaluate_all("items => items.map(i => i.dataset.eventId)")
+    view = stack.api("/conversations/demo-1/view")["events"]
+    assert shown == [e["id"] for e in view] and len(shown) > 5
+    facts = page.locator("#facts").inner_text()
+    assert "The agent says done: yes" in facts and "Every effect confirmed: yes" in facts
+    assert page.locator("#effects article").count() == 2  # write_file and create_issue
+    chart = page.locator("figure.chart img")
+    assert chart.evaluate("img => img.complete && img.naturalWidth") == 560
+    svg = page.request.get(chart.get_attribute("src")).text()
+    stats = stack.api("/conversations/demo-1")["stats"]
+    assert (
+        svg.count("<polyline") == 2
+        and f"{stats['prompt_tokens'] + stats['completion_tokens']:,} tokens" in svg
+    )
+    shot(page, artifacts, "2-conversation")
+    page.close()
+
+
+def test_resolve_from_the_queue_and_the_conversation_continues_live(
+    session: Any, stack: Stack, artifacts: Path
+) -> None:
+    watching = session.new_page()
+    watching.goto("/console/conversations/notify-1")
+    watching.evaluate("window.__marker = 'no reload'")
+    before = watching.locator("#timeline > li").count()
+    assert stack.provider is not None and stack.provider.get("/stats")["notifications"] == 0
+
+    queue = session.new_page()
+    queue.goto("/")
+    queue.get_by_role("link", name="Human queue").click()
+    item = queue.locator("article.queue-item", has_text="notify-1")
+    assert "the runner stopped during the provider call" in item.inner_text()
+    shot(queue, artifacts, "3-human-queue")
+    item.get_by_label("Note").fill("ops never got it")
+    item.get_by_role("button", name="It did not happen (retry allowed)").click()
+    assert "Recorded" in queue.locator(".notice").inner_text()
+    # The read side folds the decision a moment later; the queue's live stream then drops the item.
+    expect(queue.locator("article.queue-item")).to_have_count(0, timeout=WAIT_MS)
+
+    observation = watching.locator("#timeline > li.kind-observation", has_text="notify")
+    observation.wait_for(timeout=WAIT_MS)
+    watching.locator("#summary", has_text="finished").wait_for(timeout=WAIT_MS)
+    assert watching.evaluate("window.__marker") == "no reload"
+    assert watching.locator("#timeline > li").count() > before
+    operation = stack.api("/operations", conversation_id="notify-1")["operations"][0]
+    assert operation["status"] == "confirmed" and operation["resolution"]["by"] == "human:demo:Ada"
+    assert stack.provider.get("/stats")["notifications"] == 1  # retried once, done once
+    shot(watching, artifacts, "4-conversation-after-decision")
+    watching.close()
+    queue.close()
+
+
+def test_a_new_event_appears_live(session: Any, stack: Stack, artifacts: Path) -> None:
+    page = session.new_page()
+    page.goto("/console/conversations/demo-2")
+    page.evaluate("window.__marker = 'no reload'")
+    posted = httpx.post(
+        f"{stack.url}/conversations/demo-2/messages",
+        json={"content": "Thanks, one more check please."},
+        headers={"X-API-Key": "demo-key"},
+        timeout=10,
+    )
+    assert posted.status_code == 202, posted.text
+    page.locator("#timeline > li.kind-message", has_text="one more check").wait_for(timeout=WAIT_MS)
+    assert page.evaluate("window.__marker") == "no reload"
+    shot(page, artifacts, "5-live-event")
+    page.close()
+
+
+def test_hostile_text_renders_as_text(session: Any, artifacts: Path) -> None:
+    page = session.new_page()
+    page.goto("/console/conversations/hostile-1")
+    first = page.locator("#timeline > li.kind-message .text").first
+    assert first.text_content().startswith("<script>window.__xss = 1</script><img src=x")
+    assert page.evaluate("typeof window.__xss") == "undefined"
+    assert page.locator("#timeline img").count() == 0
+    shot(page, artifacts, "6-hostile-text")
+    page.close()
+    assert session.errors == [], session.errors  # no script errors, no CSP violations on any page
+
+
+def test_another_tenant_sees_none_of_it(browser: Any, stack: Stack) -> None:
+    context = browser.new_context(base_url=stack.url)
+    page = context.new_page()
+    page.goto("/console/login")
+    page.get_by_label("API key").fill("other-key")
+    page.get_by_role("button", name="Sign in").click()
+    rows = page.locator("tr[data-conversation-id]")
+    assert [rows.nth(i).get_attribute("data-conversation-id") for i in range(rows.count())] == ["other-1"]
+    assert page.goto(f"{stack.url}/console/conversations/demo-1").status == 404
+    page.goto("/console/queue")
+    assert "Nothing waits for a decision" in page.content()
+    cookie = next(c for c in context.cookies() if c["name"] == "convdb_session")
+    assert cookie["httpOnly"] and cookie["sameSite"] == "Lax" and "other-key" not in json.dumps(cookie)
+    context.close()

@@ -1,0 +1,283 @@
+"""The console over a store filled by the real consumers: sessions, tenancy, CSRF, escaping, paging."""
+
+from __future__ import annotations
+
+import re
+import sys
+from collections.abc import Iterator
+from http.cookies import SimpleCookie
+from pathlib import Path
+from subprocess import Popen
+
+import httpx
+import pytest
+
+from consumers.console.live import sse
+from infra.procs import free_port, spawn, stop_group, wait_for_port
+from schemas import EffectResolved, InboxMessage, SingleObjectCodec
+from schemas.topics import EFFECTS, INBOX
+from tests.console.conftest import SECRET_B, ConsoleWorld, csrf_of, sign_in
+from tests.helpers import read_topic
+
+pytestmark = pytest.mark.kafka
+CODEC = SingleObjectCodec()
+
+
+def event_ids(html: str) -> list[str]:
+    return re.findall(r'data-event-id="([^"]+)"', html)
+
+
+def test_signed_out_pages_go_to_the_login_form(console_world: ConsoleWorld) -> None:
+    with console_world.client() as client:
+        for path in ("/", "/console/queue", "/console/conversations/a1"):
+            response = client.get(path, follow_redirects=False)
+            assert response.status_code == 303 and response.headers["location"] == "/console/login", path
+        assert client.get("/console/live/conversations").status_code == 401
+        posted = client.post(
+            "/console/conversations/a1/messages", data={"content": "hi"}, follow_redirects=False
+        )
+        assert posted.status_code == 303 and posted.headers["location"] == "/console/login"
+
+
+def test_login_sets_a_safe_session_cookie_without_the_key(console_world: ConsoleWorld) -> None:
+    for https in (False, True):
+        with console_world.client(https=https) as client:
+            client.get("/console/login")
+            refused = client.post("/console/login", data={"api_key": "key-a"})  # no token
+            assert refused.status_code == 403 and "expired" in refused.text
+            wrong = client.post("/console/login", data={"csrf": csrf_of(refused.text), "api_key": "nope"})
+            assert wrong.status_code == 401 and "Unknown API key" in wrong.text
+            token = csrf_of(wrong.text)
+            done = client.post(
+                "/console/login", data={"csrf": token, "api_key": "key-a"}, follow_redirects=False
+            )
+            assert done.status_code == 303 and "key-a" not in done.headers["location"]
+            header = next(h for h in done.headers.get_list("set-cookie") if h.startswith("convdb_session="))
+            flags = {part.strip().split("=")[0].lower() for part in header.split(";")}
+            assert {"httponly", "path", "max-age"} <= flags and "samesite=lax" in header.lower()
+            assert ("secure" in flags) is https, header
+            value = SimpleCookie(header)["convdb_session"].value
+            assert "key-a" not in value and value
+            assert client.get("/").status_code == 200
+
+
+def test_a_session_never_shows_another_tenants_data(console_world: ConsoleWorld) -> None:
+    with console_world.client() as a, console_world.client() as b:
+        sign_in(a, "key-a")
+        sign_in(b, "key-b")
+        listed = a.get("/").text
+        assert 'data-conversation-id="a1"' in listed and 'data-conversation-id="a2"' in listed
+        assert "b1" not in listed and SECRET_B not in listed
+        for path in (
+            "/console/conversations/b1",
+            "/console/conversations/b1/branches",
+            "/console/conversations/b1?offset=3",
+        ):
+            page = a.get(path)
+            assert page.status_code == 404 and SECRET_B not in page.text, path
+        assert a.get("/console/live/conversations/b1").status_code == 404
+        queue = a.get("/console/queue").text
+        assert console_world.unknown_a in queue and console_world.unknown_b not in queue
+        token = csrf_of(listed)
+        for path, form in (
+            ("/console/conversations/b1/messages", {"content": "hi"}),
+            ("/console/conversations/b1/pause", {}),
+            (
+                "/console/operations/resolve",
+                {"operation_id": console_world.unknown_b, "decision": "confirmed"},
+            ),
+        ):
+            assert a.post(path, data={"csrf": token, **form}).status_code == 404, path
+        seen_by_b = b.get("/").text
+        assert SECRET_B in seen_by_b and 'data-conversation-id="a1"' not in seen_by_b
+        assert b.get("/console/conversations/a1").status_code == 404
+
+
+def test_hostile_event_text_renders_as_text(console_world: ConsoleWorld) -> None:
+    with console_world.client() as client:
+        sign_in(client, "key-a")
+        for path in ("/", "/console/conversations/a1"):
+            page = client.get(path)
+            assert "<script>window.__xss" not in page.text and "<img src=x" not in page.text, path
+            assert "&lt;script&gt;window.__xss = 1&lt;/script&gt;" in page.text, path
+            assert "script-src 'self'" in page.headers["content-security-policy"]
+    # A carriage return in a text cannot start a new server-sent event field.
+    assert (
+        sse("append", "a\rid: x\r\rdata: y")
+        == "event: append\ndata: a\ndata: id: x\ndata: \ndata: data: y\n\n"
+    )
+
+
+def test_forms_need_the_session_token_and_post_to_the_inbox(console_world: ConsoleWorld) -> None:
+    settings = console_world.settings
+    with console_world.client() as client:
+        sign_in(client, "key-a", name="Ada")
+        page = client.get("/console/conversations/a1")
+        refused = client.post("/console/conversations/a1/messages", data={"content": "no token"})
+        assert refused.status_code == 403
+        refused = client.post("/console/conversations/a1/messages", data={"content": "x", "csrf": "forged"})
+        assert refused.status_code == 403
+        sent = client.post(
+            "/console/conversations/a1/messages",
+            data={"content": "ship it", "csrf": csrf_of(page.text)},
+            follow_redirects=False,
+        )
+        assert sent.status_code == 303 and sent.headers["location"].endswith("?notice=sent")
+    records = [CODEC.decode(v) for _, _, _, v in read_topic(settings, INBOX.name(settings.namespace), 1)]
+    assert [(r.conversation_id, r.content, r.sender) for r in records if isinstance(r, InboxMessage)] == [
+        ("a1", "ship it", "Ada")
+    ]
+
+
+def test_resolve_from_the_queue_records_who_decided(console_world: ConsoleWorld) -> None:
+    settings, op = console_world.settings, console_world.unknown_a
+    with console_world.client() as client:
+        sign_in(client, "key-a", name="Grace")
+        queue = client.get("/console/queue")
+        assert (
+            "It happened" in queue.text and "Abandon" in queue.text and "no lookup for notify" in queue.text
+        )
+        bad = client.post(
+            "/console/operations/resolve",
+            data={"csrf": csrf_of(queue.text), "operation_id": op, "decision": "maybe"},
+        )
+        assert bad.status_code == 400
+        done = client.post(
+            "/console/operations/resolve",
+            follow_redirects=False,
+            data={
+                "csrf": csrf_of(queue.text),
+                "operation_id": op,
+                "decision": "confirmed",
+                "note": "saw it in Slack",
+            },
+        )
+        assert done.status_code == 303, done.text
+        assert "Recorded" in client.get(done.headers["location"]).text
+    effects = [CODEC.decode(v) for _, _, _, v in read_topic(settings, EFFECTS.name(settings.namespace), 9)]
+    (resolved,) = [r for r in effects if isinstance(r, EffectResolved)]
+    assert (resolved.operation_id, resolved.decision, resolved.resolved_by, resolved.note) == (
+        op,
+        "confirmed",
+        "human:tenant-a:Grace",
+        "saw it in Slack",
+    )
+    inbox = [CODEC.decode(v) for _, _, _, v in read_topic(settings, INBOX.name(settings.namespace), 2)]
+    assert any(isinstance(r, InboxMessage) and r.command == "resolve" and r.operation_id == op for r in inbox)
+
+
+def test_long_timeline_is_paged_and_matches_the_api_view(console_world: ConsoleWorld) -> None:
+    with console_world.client() as client:
+        sign_in(client, "key-a")
+        view = client.get("/conversations/a2/view", headers={"X-API-Key": "key-a"}).json()["events"]
+        ids = [e["id"] for e in view]
+        assert len(ids) == 450
+        page = client.get("/console/conversations/a2").text
+        assert event_ids(page) == ids[-200:]
+        assert "Show earlier events (250 more)" in page
+        earlier = client.get("/console/conversations/a2", params={"before": 250}).text
+        assert event_ids(earlier) == ids[50:250]
+        rows = client.get(
+            "/events", params={"conversation_id": "a2", "limit": 500}, headers={"X-API-Key": "key-a"}
+        ).json()["events"]
+        tenth = next(r for r in rows if r["seq"] == 10)
+        past = client.get("/console/conversations/a2", params={"offset": tenth["offset"]}).text
+        assert event_ids(past) == ids[:10] and "Timeline as of" in past
+        assert client.get("/console/conversations/a2", params={"before": "x"}).status_code == 400
+        assert client.get("/console/conversations/a2", params={"at": "yesterday"}).status_code == 400
+
+
+def test_list_filters_and_keyset_pages(console_world: ConsoleWorld) -> None:
+    with console_world.client() as client:
+        sign_in(client, "key-a")
+        first = client.get("/", params={"status": "running"}).text
+        assert 'data-conversation-id="a1"' in first
+        assert "No conversations match" in client.get("/", params={"status": "finished"}).text
+        assert "No conversations match" in client.get("/", params={"since": "2999-01-01T00:00"}).text
+        assert client.get("/", params={"status": "bogus"}).status_code == 400
+    page = (
+        console_world.client()
+        .get("/conversations", params={"order": "recent", "limit": 1}, headers={"X-API-Key": "key-a"})
+        .json()
+    )
+    assert len(page["conversations"]) == 1 and page["next_after"]
+    rest = (
+        console_world.client()
+        .get(
+            "/conversations",
+            params={"order": "recent", "limit": 1, "after": page["next_after"]},
+            headers={"X-API-Key": "key-a"},
+        )
+        .json()
+    )
+    assert {page["conversations"][0]["conversation_id"], rest["conversations"][0]["conversation_id"]} == {
+        "a1",
+        "a2",
+    }
+    assert rest["next_after"] is None
+
+
+def _serve(world: ConsoleWorld, tmp_path: Path, **api: object) -> tuple[Popen[bytes], str]:
+    port = free_port()
+    log = tmp_path / "serve.log"
+    argv = [sys.executable, "-m", "infra.cli.main", "serve", "--port", str(port)]
+    settings = world.settings.model_copy(update={"api": world.settings.api.model_copy(update=api)})
+    proc = spawn(argv, log, settings.to_env())
+    wait_for_port(proc, port, 60, "convdb serve", log)
+    return proc, f"http://127.0.0.1:{port}"
+
+
+def _signed_in(base: str, key: str) -> httpx.Client:
+    client = httpx.Client(base_url=base, timeout=10)
+    token = csrf_of(client.get("/console/login").text)
+    assert client.post("/console/login", data={"csrf": token, "api_key": key}).status_code == 303
+    return client
+
+
+def _first_event(lines: Iterator[str]) -> tuple[str, str, str]:
+    """(event, id, data) of the next event on a stream's lines (keep the iterator: dropping it
+    mid-stream closes the connection)."""
+    fields: dict[str, list[str]] = {}
+    for line in lines:
+        if not line:
+            if "event" in fields:
+                return fields["event"][0], (fields.get("id") or [""])[0], "\n".join(fields.get("data", []))
+            fields = {}
+            continue
+        name, _, value = line.partition(": ")
+        fields.setdefault(name, []).append(value)
+    raise AssertionError("the stream ended without an event")
+
+
+def test_live_streams_append_new_events_and_are_bounded(console_world: ConsoleWorld, tmp_path: Path) -> None:
+    proc, base = _serve(console_world, tmp_path, console_streams_per_session=2)
+    try:
+        ids = [e.id for e in console_world.of("a2")]
+        client = _signed_in(base, "key-a")
+        url = "/console/live/conversations/a2"
+        with client.stream("GET", url, params={"since": 440, "tail": ids[439]}) as behind:
+            assert behind.status_code == 200 and behind.headers["content-type"].startswith(
+                "text/event-stream"
+            )
+            lines = behind.iter_lines()
+            event, event_id, html = _first_event(lines)
+            assert event == "append" and event_id == f"450:{ids[-1]}"
+            assert re.findall(r'data-event-id="([^"]+)"', html) == ids[440:]
+            with client.stream("GET", url, params={"since": 440, "tail": "not-that-one"}) as moved:
+                assert (
+                    _first_event(moved.iter_lines())[0] == "reload"
+                )  # the page no longer matches the branch
+            with client.stream("GET", url, params={"since": 450, "tail": ids[-1]}) as second:
+                assert second.status_code == 200
+                third = client.get(url, params={"since": 450, "tail": ids[-1]})
+                assert third.status_code == 503 and third.headers["retry-after"]
+                other = _signed_in(base, "key-a")  # another session has its own slots
+                with other.stream("GET", url, params={"since": 450, "tail": ids[-1]}) as fine:
+                    assert fine.status_code == 200
+        b = _signed_in(base, "key-b")
+        assert b.get(url).status_code == 404
+        with b.stream("GET", "/console/live/conversations/b1") as own:
+            assert own.status_code == 200
+    finally:
+        stop_group(proc.pid)
+        proc.wait(10)
