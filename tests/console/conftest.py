@@ -22,7 +22,14 @@ from consumers.views import ViewsConsumer
 from infra.kafka import apply_topics
 from infra.settings import Settings
 from producers.publisher import EventPublisher
-from schemas import AvroModel, EffectUnknown, EventEnvelope, SingleObjectCodec
+from schemas import (
+    ActiveLeafChangedEvent,
+    AvroModel,
+    EffectUnknown,
+    EventEnvelope,
+    ForkEvent,
+    SingleObjectCodec,
+)
 from schemas.topics import EFFECTS, EVENTS
 from tests.conftest import BrokerInfo, wait_until
 from tests.consumers.builders import conversation
@@ -78,6 +85,28 @@ def _unknown(conv: list[EventEnvelope]) -> tuple[str, list[AvroModel]]:
     return op, [action, *[r for _, r in records], unknown]
 
 
+def branched(conv: str, tenant: str) -> list[EventEnvelope]:
+    """Five events, a sixth on a branch from the third, then the active leaf switched back to the fifth."""
+    events = conversation(conv, 5, tenant)
+    side = conversation(conv, 6, tenant)[5].model_copy(update={"parent_id": events[2].id})
+    back = ActiveLeafChangedEvent(
+        id=str(uuid.uuid4()), conversation_id=conv, tenant_id=tenant, seq=7, timestamp=side.timestamp,
+        source="user", parent_id=None, leaf_event_id=events[4].id,
+    )  # fmt: skip
+    return [*events, side, back]
+
+
+def forked(conv: str, source: EventEnvelope) -> list[EventEnvelope]:
+    """A conversation forked from `source` (its root is the `ForkEvent`), then one message."""
+    fork = ForkEvent(
+        id=str(uuid.uuid4()), conversation_id=conv, tenant_id=source.tenant_id, seq=1, timestamp=now(),
+        source="user", parent_id=source.id, source_conversation_id=source.conversation_id,
+        source_event_id=source.id,
+    )  # fmt: skip
+    message = conversation(conv, 1, source.tenant_id)[0].model_copy(update={"seq": 2, "parent_id": fork.id})
+    return [fork, message]
+
+
 def _run_consumers(settings: Settings, expected_events: int, expected_ops: int) -> None:
     consumers = [
         ViewsConsumer(settings),
@@ -110,8 +139,9 @@ def _run_consumers(settings: Settings, expected_events: int, expected_ops: int) 
 
 @pytest.fixture(scope="module")
 def console_world(broker: BrokerInfo, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ConsoleWorld]:
-    """Tenant A: a1 (30 events, a hostile first message, an unknown operation), a2 (450 events);
-    tenant B: b1 (5 events, a confidential title, an unknown operation)."""
+    """Tenant A: a1 (30 events, a hostile first message, an unknown operation), a2 (450 events),
+    a3 (two branches), a4 (forked from a1); tenant B: b1 (5 events, a confidential title, an
+    unknown operation)."""
     tmp = tmp_path_factory.mktemp("console")
     settings = Settings(  # type: ignore[call-arg]
         _env_file=None,
@@ -131,7 +161,7 @@ def console_world(broker: BrokerInfo, tmp_path_factory: pytest.TempPathFactory) 
     b1[0] = b1[0].model_copy(update={"content": SECRET_B})
     op_a, records_a = _unknown(a1)
     op_b, records_b = _unknown(b1)
-    events = a1 + conversation("a2", 450, "tenant-a") + b1
+    events = a1 + conversation("a2", 450, "tenant-a") + branched("a3", "tenant-a") + forked("a4", a1[9]) + b1
     EventPublisher(settings, SingleObjectCodec()).publish_durable(events)
     publish(
         settings, [(EVENTS if isinstance(r, EventEnvelope) else EFFECTS, r) for r in records_a + records_b]

@@ -187,6 +187,24 @@ def test_long_timeline_is_paged_and_matches_the_api_view(console_world: ConsoleW
         assert client.get("/console/conversations/a2", params={"at": "yesterday"}).status_code == 400
 
 
+def test_branches_and_forks_are_shown(console_world: ConsoleWorld) -> None:
+    a3 = console_world.of("a3")
+    with console_world.client() as client:
+        sign_in(client, "key-a")
+        page = client.get("/console/conversations/a3").text
+        assert event_ids(page) == [e.id for e in a3[:5]] and "/console/conversations/a3/branches" in page
+        tree = client.get("/console/conversations/a3/branches").text
+        rows = re.findall(r"<tr( class=\"active-branch\")?>\s*<td><a href=\"[^\"]+leaf=([^\"]+)\"", tree)
+        assert [(bool(active), leaf) for active, leaf in rows] == [(True, a3[4].id), (False, a3[5].id)]
+        side = client.get("/console/conversations/a3/branches", params={"leaf": a3[5].id}).text
+        assert event_ids(side) == [a3[0].id, a3[1].id, a3[2].id, a3[5].id]
+        assert client.get("/console/conversations/a3/branches", params={"leaf": "nope"}).status_code == 404
+        source = client.get("/console/conversations/a1").text
+        assert 'Forked into <a href="/console/conversations/a4">a4</a>' in source
+        fork = client.get("/console/conversations/a4").text
+        assert "Forked from" in fork and 'href="/console/conversations/a1"' in fork
+
+
 def test_list_filters_and_keyset_pages(console_world: ConsoleWorld) -> None:
     with console_world.client() as client:
         sign_in(client, "key-a")
@@ -195,26 +213,22 @@ def test_list_filters_and_keyset_pages(console_world: ConsoleWorld) -> None:
         assert "No conversations match" in client.get("/", params={"status": "finished"}).text
         assert "No conversations match" in client.get("/", params={"since": "2999-01-01T00:00"}).text
         assert client.get("/", params={"status": "bogus"}).status_code == 400
-    page = (
-        console_world.client()
-        .get("/conversations", params={"order": "recent", "limit": 1}, headers={"X-API-Key": "key-a"})
-        .json()
-    )
-    assert len(page["conversations"]) == 1 and page["next_after"]
-    rest = (
-        console_world.client()
-        .get(
-            "/conversations",
-            params={"order": "recent", "limit": 1, "after": page["next_after"]},
-            headers={"X-API-Key": "key-a"},
+        seen, after, last_activity = [], None, []
+        while True:  # the JSON API's keyset pages, most recent activity first, one per page
+            params = {"order": "recent", "limit": 1, **({"after": after} if after else {})}
+            page = client.get("/conversations", params=params, headers={"X-API-Key": "key-a"}).json()
+            seen += [c["conversation_id"] for c in page["conversations"]]
+            last_activity += [c["stats"]["last_timestamp"] for c in page["conversations"]]
+            after = page["next_after"]
+            if after is None:
+                break
+        assert sorted(seen) == ["a1", "a2", "a3", "a4"] and last_activity == sorted(
+            last_activity, reverse=True
         )
-        .json()
-    )
-    assert {page["conversations"][0]["conversation_id"], rest["conversations"][0]["conversation_id"]} == {
-        "a1",
-        "a2",
-    }
-    assert rest["next_after"] is None
+        bad = client.get(
+            "/conversations", params={"order": "recent", "after": "x"}, headers={"X-API-Key": "key-a"}
+        )
+        assert bad.status_code == 400
 
 
 def _serve(world: ConsoleWorld, tmp_path: Path, **api: object) -> tuple[Popen[bytes], str]:
