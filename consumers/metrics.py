@@ -8,18 +8,11 @@ multi-record batches (INFRA-NOTES §1.5).
 from __future__ import annotations
 
 import logging
-import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-from prometheus_client import (
-    CONTENT_TYPE_LATEST,
-    CollectorRegistry,
-    Counter,
-    Gauge,
-    Histogram,
-    generate_latest,
-)
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+
+from infra.ops import OpsServer, Report
 
 logger = logging.getLogger(__name__)
 
@@ -27,8 +20,9 @@ logger = logging.getLogger(__name__)
 class ConsumerMetrics:
     """The counters and gauges of one runner, in their own registry (several runners per test process)."""
 
-    def __init__(self, consumer: str) -> None:
+    def __init__(self, consumer: str, stall_after_s: float = 300.0) -> None:
         self.consumer = consumer
+        self.stall_after_s = stall_after_s
         self.registry = CollectorRegistry()
         labels = ["consumer"]
         self.events = Counter(
@@ -88,46 +82,23 @@ class ConsumerMetrics:
         """The registry in the Prometheus text format."""
         return generate_latest(self.registry)
 
+    def report(self) -> Report:
+        """`/healthz`: the loop runs and made progress (an idle poll counts) within the stall limit."""
+        idle = time.monotonic() - self.last_progress
+        problems: dict[str, str] = {}
+        if not self.healthy:
+            problems["stopped"] = "the consumer loop has ended"
+        if idle > self.stall_after_s:
+            problems["stalled"] = f"no loop progress for {idle:.0f}s (store or broker hanging?)"
+        return not problems, {
+            "consumer": self.consumer,
+            "since_progress_s": round(idle, 1),
+            "problems": problems,
+        }
 
-class MetricsServer:
-    """Serves `/metrics` (Prometheus text) and `/healthz` (200 while the runner loop is alive)."""
+
+class MetricsServer(OpsServer):
+    """`/metrics` and `/healthz` of one runner (`infra.ops.OpsServer` over its registry)."""
 
     def __init__(self, metrics: ConsumerMetrics, host: str = "127.0.0.1", port: int = 0) -> None:
-        handler = _handler(metrics)
-        self._server = ThreadingHTTPServer((host, port), handler)
-        self.port = int(self._server.server_address[1])
-        self._thread = threading.Thread(target=self._server.serve_forever, name="metrics", daemon=True)
-
-    def start(self) -> MetricsServer:
-        """Start serving in a daemon thread."""
-        self._thread.start()
-        return self
-
-    def stop(self) -> None:
-        """Stop serving and close the socket."""
-        self._server.shutdown()
-        self._server.server_close()
-
-
-def _handler(metrics: ConsumerMetrics) -> type[BaseHTTPRequestHandler]:
-    class Handler(BaseHTTPRequestHandler):
-        def do_GET(self) -> None:  # noqa: N802 - http.server's naming
-            if self.path.startswith("/metrics"):
-                self._reply(200, metrics.render(), CONTENT_TYPE_LATEST)
-            elif self.path.startswith("/healthz"):
-                ok = metrics.healthy
-                self._reply(200 if ok else 503, b"ok\n" if ok else b"unhealthy\n", "text/plain")
-            else:
-                self._reply(404, b"not found: try /metrics or /healthz\n", "text/plain")
-
-        def _reply(self, status: int, body: bytes, content_type: str) -> None:
-            self.send_response(status)
-            self.send_header("Content-Type", content_type)
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, format: str, *args: object) -> None:  # noqa: A002 - base signature
-            logger.debug("metrics http: " + format, *args)
-
-    return Handler
+        super().__init__(metrics.registry, metrics.report, host, port)

@@ -34,6 +34,7 @@ from consumers.errors import ConsumerError, StoreError
 from consumers.metrics import ConsumerMetrics
 from consumers.store import ensure_projections, open_engine
 from consumers.store import stored_offsets as read_stored_offsets
+from infra import tracing
 from infra.kafka import make_consumer
 from infra.settings import Settings
 from schemas import Codec, make_codec
@@ -119,7 +120,8 @@ class Runner:
 
     def process(self, messages: Sequence[Message]) -> int:
         """Decode, apply and commit one batch; returns how many records were applied."""
-        with gc_paused():
+        # Each traced record gets a span (child of its producer's) covering its batch transaction.
+        with gc_paused(), tracing.record_spans(f"consumer {self.name}", messages):
             return self._process(messages)
 
     def _process(self, messages: Sequence[Message]) -> int:

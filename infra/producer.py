@@ -4,7 +4,7 @@
 an idempotent acks=all producer whose failures raise `PublishError` naming topic, partition
 and key, from the wait or past its deadline. `TransactionalProducer` adds all-or-nothing
 groups under one `transactional.id`, and `transaction_error` tells a fenced writer from a
-failed commit.
+failed commit. Every record gets the current W3C trace context in its headers (`infra.tracing`).
 """
 
 from __future__ import annotations
@@ -15,7 +15,9 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException, Message, Producer, TopicPartition
+from opentelemetry.trace import SpanKind
 
+from infra import tracing
 from infra.errors import FencedError, PublishError
 from infra.kafka import producer_config
 from infra.settings import Settings
@@ -92,7 +94,8 @@ class DurableProducer:
         Raises:
             PublishError: not acknowledged in time, or rejected (the message names topic and key).
         """
-        return self.wait_durable([self._enqueue(topic, key, value, headers)])[0]
+        with tracing.span(f"publish {topic}", kind=SpanKind.PRODUCER, attributes=_messaging(topic, key)):
+            return self.wait_durable([self._enqueue(topic, key, value, headers)])[0]
 
     def wait_durable(self, deliveries: Iterable[Delivery], timeout: float | None = None) -> list[Delivery]:
         """Block until every delivery is acknowledged (acks=all); raise on the first failure."""
@@ -122,6 +125,7 @@ class DurableProducer:
 
     def _enqueue(self, topic: str, key: Key, value: bytes | None, headers: Headers | None) -> Delivery:
         delivery = Delivery(topic, key)
+        headers = tracing.inject(headers)  # every record convdb writes continues the current trace
         deadline = time.monotonic() + self._deadline
         while True:
             try:
@@ -213,3 +217,9 @@ def transaction_error(transactional_id: str, step: str, exc: KafkaException) -> 
     ):
         return FencedError(f"transactional.id {transactional_id} was fenced at {step}: {error.str()}")
     return PublishError(f"transactional.id {transactional_id}: {step} failed: {error.str()}")
+
+
+def _messaging(topic: str, key: Key) -> dict[str, str]:
+    """Span attributes of a produced record."""
+    text = key if isinstance(key, str) else (key or b"").decode(errors="replace")
+    return {"messaging.system": "kafka", "messaging.destination.name": topic, "convdb.conversation_id": text}

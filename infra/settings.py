@@ -182,8 +182,10 @@ class OpsSettings(Section):
     log_format: Literal["text", "json"] = Field(
         "text", description="Log lines as text, or one JSON object per line (conversation, tenant, trace)."
     )
-    log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = Field(
-        "WARNING", description="Level of the service logs (`-v` on the command line means DEBUG)."
+    log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] | None = Field(
+        None,
+        description="Log level; None: INFO for long-running services, WARNING for one-shot commands "
+        "(`-v` on the command line means DEBUG).",
     )
 
 

@@ -15,6 +15,7 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 
+from consumers.api import observe
 from consumers.api.deps import ApiContext
 from consumers.errors import QueryInputError
 from consumers.store import open_engine
@@ -31,6 +32,7 @@ ROUTERS: tuple[str, ...] = (
     "consumers.api.messages",
     "consumers.api.receipts",
     "consumers.api.operations",
+    "consumers.api.observe",
     "consumers.console",
 )
 """Router modules included by default, in OpenAPI order."""
@@ -48,6 +50,7 @@ def create_app(settings: Settings, routers: Sequence[str] = ROUTERS) -> FastAPI:
     engine = open_engine(settings.resolved_store_url, writer=False)
     app.state.ctx = ApiContext(settings, engine, make_codec(settings.schema_registry_url))
     _ensure_tables(settings.resolved_store_url)
+    observe.install(app)
     for name in routers:
         app.include_router(importlib.import_module(name).router)
     app.add_exception_handler(RequestValidationError, _bad_request)

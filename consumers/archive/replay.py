@@ -34,6 +34,8 @@ from schemas.topics import Topic
 logger = logging.getLogger(__name__)
 
 Progress = Callable[[int], None]
+"""Told how many more offsets of the planned segments were covered (records, skipped records and
+transaction markers alike), so that it reaches the planned total exactly when reading is done."""
 
 
 @dataclass
@@ -100,17 +102,40 @@ def replay(
         _reset(conn, projector)
     topics = {t.name(settings.namespace): t for t in projector.topics}
     for topic, segs in segments.items():
-        raw = read_segments(settings, reader, segs, window)
+        covered = _Coverage(segs)
+        raw = covered.track(read_segments(settings, reader, segs, window))
         done = False
         while not done:
             with gc_paused():  # as the live runner: one collection pass per batch, not dozens
                 batch, done = _next_batch(raw, topics[topic], codec, window, result, batch_size)
                 if batch:
                     _apply(engine, projector, settings.namespace, batch, result)
-                    if progress is not None:
-                        progress(len(batch))
+            if progress is not None:
+                progress(covered.advance(finished=done))
     result.seconds = time.monotonic() - started
     return result
+
+
+class _Coverage:
+    """Offsets of the planned segments read so far: what the progress bar counts."""
+
+    def __init__(self, segments: list[Segment]) -> None:
+        self.start = {(s.topic, s.partition): s.start for s in reversed(segments)}
+        self.total = sum(s.stop - s.start for s in segments)
+        self.position = dict(self.start)
+        self.reported = 0
+
+    def track(self, raw: Iterator[RawRecord]) -> Iterator[RawRecord]:
+        """Pass records through, remembering the next offset of each partition."""
+        for rec in raw:
+            self.position[(rec.topic, rec.partition)] = rec.offset + 1
+            yield rec
+
+    def advance(self, *, finished: bool) -> int:
+        """Offsets covered since the last call; every planned offset once reading is finished."""
+        covered = self.total if finished else sum(self.position[k] - self.start[k] for k in self.start)
+        step, self.reported = max(covered - self.reported, 0), max(covered, self.reported)
+        return step
 
 
 def _next_batch(

@@ -13,15 +13,20 @@ import logging
 import os
 import signal
 import threading
+import time
 from collections.abc import Sequence
+from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
 
 from consumers.archive.container import RawRecord
 from consumers.archive.errors import ArchiveError
+from consumers.archive.metrics import ArchiveMetrics
 from consumers.archive.sink import ArchiveSink, StoredObject
 from consumers.archive.target import ArchiveTarget, open_target
+from infra import tracing
 from infra.kafka import make_consumer
+from infra.ops import Health
 from infra.settings import Settings
 from schemas.topics import ALL_TOPICS
 
@@ -51,7 +56,12 @@ class ArchiveConsumer:
         self.topics = [by_suffix[s].name(settings.namespace) for s in settings.archive.topics]
         self.objects_stored = 0
         self.records_archived = 0
+        self.metrics = ArchiveMetrics()
+        self.health = Health(settings.ops.stall_after_s)
         self._crash_after_put = _crash_point(settings.archive.crash_at)
+        self._committed: dict[tuple[str, int], int] = {}
+        self._traced: dict[tuple[str, int], list[tuple[Any, dict[str, Any]]]] = {}
+        self._observed = 0.0
 
     def run(self, stop: threading.Event) -> None:
         """Archive until `stop` is set, then flush what is buffered, commit and leave the group.
@@ -61,16 +71,22 @@ class ArchiveConsumer:
             KafkaException: a non-retriable consumer error.
         """
         self.sink.setup()
-        consumer = make_consumer(self.settings, self.settings.group(self.name))
+        group = self.settings.group(self.name)
+        consumer = make_consumer(self.settings, group)
         consumer.subscribe(
             self.topics, on_assign=self._on_assign, on_revoke=self._on_revoke, on_lost=self._on_revoke
+        )
+        logger.info(
+            "archive: copying %s into %s (group %s)", ", ".join(self.topics), self.sink.target.url, group
         )
         try:
             while not stop.is_set():
                 self._poll(consumer)
+                self.health.beat()
             for tp in self.sink.pending():
                 self._store(consumer, tp)
         finally:
+            self.health.stopped = True
             consumer.close()
         logger.info("archive stopped: %d objects, %d records", self.objects_stored, self.records_archived)
 
@@ -81,12 +97,29 @@ class ArchiveConsumer:
                 if err.fatal() or (not err.retriable() and err.code() != KafkaError._PARTITION_EOF):
                     raise KafkaException(err)
                 continue
+            parent = tracing.extract(msg.headers())
+            if parent is not None:
+                self._traced.setdefault((msg.topic(), msg.partition()), []).append(
+                    (parent, tracing.record_attributes(msg))
+                )
             if self.sink.add(raw_record(msg)):
                 self._store(consumer, (msg.topic(), msg.partition()))
         for tp in self.sink.due():
             self._store(consumer, tp)
+        if time.monotonic() - self._observed > 1.0:
+            self._observe_lag(consumer)
 
     def _store(self, consumer: Consumer, tp: tuple[str, int]) -> StoredObject:
+        with tracing.spans_for("archive.store", self._traced.pop(tp, [])):
+            stored = self._store_object(consumer, tp)
+        self.metrics.stored(stored)
+        self._committed[tp] = stored.next_offset
+        logger.info(
+            "archive: stored %s (%d records, %d bytes)", stored.key, stored.index.records, stored.size
+        )
+        return stored
+
+    def _store_object(self, consumer: Consumer, tp: tuple[str, int]) -> StoredObject:
         stored = self.sink.flush(tp)
         self.objects_stored += 1
         self.records_archived += stored.index.records
@@ -101,8 +134,23 @@ class ArchiveConsumer:
             # The partition moved on: its next owner adopts the stored object's boundaries.
             logger.warning("%s[%d]: commit of %d lost to a rebalance", *tp, stored.next_offset)
             self.sink.revoke(tp)
-        logger.debug("stored %s (%d records)", stored.key, stored.index.records)
         return stored
+
+    def _observe_lag(self, consumer: Consumer) -> None:
+        # Lag from the fetch-reported watermark (never ListOffsets, wrong on the embedded broker).
+        self._observed = time.monotonic()
+        try:
+            assigned = consumer.assignment()
+            positions = {(tp.topic, tp.partition): tp.offset for tp in consumer.position(assigned)}
+            for tp in assigned:
+                high = consumer.get_watermark_offsets(tp, cached=True)[1]
+                done = self._committed.get(
+                    (tp.topic, tp.partition), positions.get((tp.topic, tp.partition), -1)
+                )
+                if high >= 0 and done >= 0:
+                    self.metrics.set_lag(tp.topic, tp.partition, high - done)
+        except KafkaException as exc:
+            logger.debug("archive lag not measured: %s", exc)
 
     def _on_assign(self, _consumer: Consumer, partitions: Sequence[TopicPartition]) -> None:
         logger.info("archive assigned %s", [(p.topic, p.partition) for p in partitions])
@@ -111,6 +159,9 @@ class ArchiveConsumer:
         # Buffers are dropped, not flushed: the next owner re-reads from the committed offset.
         for p in partitions:
             self.sink.revoke((p.topic, p.partition))
+            self._traced.pop((p.topic, p.partition), None)
+            self._committed.pop((p.topic, p.partition), None)
+            self.metrics.forget(p.topic, p.partition)
 
 
 def _crash_point(spec: str | None) -> int:

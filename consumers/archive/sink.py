@@ -45,6 +45,8 @@ class StoredObject:
 
     key: str
     index: ObjectIndex
+    size: int = 0
+    """Bytes of the object (the container file, without its sidecar index)."""
 
     @property
     def next_offset(self) -> int:
@@ -122,7 +124,7 @@ class ArchiveSink:
         if plan:
             for start in [s for s in plan if s <= index.end]:
                 del plan[start]
-        return StoredObject(key, index)
+        return StoredObject(key, index, len(data))
 
     def revoke(self, tp: TopicPartition) -> None:
         """Drop a partition's buffer and plan (another member now owns it)."""

@@ -78,8 +78,14 @@ def plan(
     segments: list[Segment] = []
     for p in sorted(set(kafka) | set(archived)):
         segments += _partition_plan(topic, p, window, source, kafka.get(p), archived.get(p))
-    if window.from_offset is not None and not segments:
-        ends = {p: e[1] for p, e in kafka.items()} | {p: a[1] + 1 for p, a in archived.items() if a}
+    ends = {p: e[1] for p, e in kafka.items()} | {p: a[1] + 1 for p, a in archived.items() if a}
+    # At the end (an empty topic from offset 0 included) means "nothing to read", not an error.
+    if (
+        window.from_offset is not None
+        and not segments
+        and ends
+        and all(window.from_offset > e for e in ends.values())
+    ):
         raise OffsetRangeError(
             f"offset {window.from_offset} is past the end of every partition of {topic} (ends: {ends})"
         )

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 
 from consumers.archive import audit
 from consumers.archive.errors import StoreUrlError
@@ -57,10 +56,8 @@ def _diff(args: argparse.Namespace) -> int:
     differences = audit.diff(live, shadow, projectors)
     for d in differences:
         print(f"{d.consumer}\t{d.conversation_id}\tlive={d.live or '-'}\tshadow={d.shadow or '-'}")
-    print(
-        f"audit: {len(differences)} conversation(s) differ across {', '.join(names)}",
-        file=sys.stderr,
-    )
+    # The verdict is the command's answer: on stdout, after the differing rows it sums up.
+    print(f"audit: {len(differences)} conversation(s) differ across {', '.join(names)}")
     return 1 if differences else 0
 
 

@@ -10,9 +10,10 @@ from types import FrameType
 
 from consumers import plugins
 from consumers.errors import PluginError
-from consumers.metrics import MetricsServer
 from consumers.runner import Runner
 from infra.cli._common import UsageError, load_settings, non_negative, positive, require_broker
+from infra.ops import OpsServer, start_ops
+from infra.settings import Settings
 
 logger = logging.getLogger(__name__)
 
@@ -26,14 +27,26 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
         "transaction per batch. 'all' means " + ", ".join(plugins.DEFAULT_GROUP) + ".",
     )
     p.add_argument("names", nargs="+", metavar="NAME", help="plugin name(s), or 'all'")
-    p.add_argument("--metrics-port", type=non_negative, metavar="P", help="serve /metrics and /healthz on P")
-    p.add_argument("--metrics-host", default="127.0.0.1", help="address for the metrics server")
+    p.add_argument(
+        "--metrics-port",
+        type=non_negative,
+        metavar="P",
+        help="serve /metrics and /healthz on P (default: CONVDB_OPS__PORT)",
+    )
+    p.add_argument("--metrics-host", help="address of the metrics server (default: CONVDB_OPS__HOST)")
     p.add_argument("--batch-size", type=positive, default=5000, metavar="N", help="records per batch")
     p.set_defaults(func=_consume)
 
 
 def _consume(args: argparse.Namespace) -> int:
     settings = require_broker(load_settings())
+    ops = settings.ops.model_copy(
+        update={
+            "port": _first(args.metrics_port, settings.ops.port),
+            "host": args.metrics_host or settings.ops.host,
+        }
+    )
+    settings = settings.model_copy(update={"ops": ops})
     known = set(plugins.available()) | {"all"}
     unknown = [n for n in args.names if n not in known]
     if unknown:
@@ -46,13 +59,11 @@ def _consume(args: argparse.Namespace) -> int:
     if services:
         if len(projectors) > 1:
             raise UsageError(f"{services[0].name} is a service with its own loop: run it alone")
-        return _serve(services[0])
+        return _serve(services[0], settings)
     name = args.names[0] if len(args.names) == 1 else "+".join(sorted(p.name for p in projectors))
     runner = Runner(settings, projectors, name=name, batch_size=args.batch_size)
-    server = None
-    if args.metrics_port is not None:
-        server = MetricsServer(runner.metrics, args.metrics_host, args.metrics_port).start()
-        logger.warning("consumer %s: metrics on http://%s:%s/metrics", name, args.metrics_host, server.port)
+    runner.metrics.stall_after_s = settings.ops.stall_after_s
+    server = start_ops(settings.ops, f"consumer {name}", runner.metrics.registry, runner.metrics.report)
 
     def _stop(signum: int, _frame: FrameType | None) -> None:
         logger.warning("consumer %s: signal %s, finishing the batch", name, signum)
@@ -60,18 +71,34 @@ def _consume(args: argparse.Namespace) -> int:
 
     signal.signal(signal.SIGTERM, _stop)
     signal.signal(signal.SIGINT, _stop)
+    logger.info("consumer %s: applying %s into %s", name, ", ".join(sorted(runner.topics)), runner.engine.url)
     try:
         runner.run()
     finally:
-        if server is not None:
-            server.stop()
+        _stop_ops(server)
     return 0
 
 
-def _serve(service: object) -> int:
+def _serve(service: object, settings: Settings) -> int:
     """Run a consumer that has its own loop (`run(stop)`, e.g. the archive) until SIGTERM."""
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
-    service.run(stop)  # type: ignore[attr-defined]
+    registry, health = getattr(service, "metrics", None), getattr(service, "health", None)
+    server = None
+    if registry is not None and health is not None:
+        server = start_ops(settings.ops, service.name, registry.registry, health.report)  # type: ignore[attr-defined]
+    try:
+        service.run(stop)  # type: ignore[attr-defined]
+    finally:
+        _stop_ops(server)
     return 0
+
+
+def _first(*values: int | None) -> int | None:
+    return next((v for v in values if v is not None), None)
+
+
+def _stop_ops(server: OpsServer | None) -> None:
+    if server is not None:
+        server.stop()

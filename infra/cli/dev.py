@@ -26,16 +26,13 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
 def _up(args: argparse.Namespace) -> int:
     settings = Settings()
     stack = devstack.up(settings, persistent=args.persistent, with_s3=not args.no_s3)
-    print(f"broker: {stack.bootstrap_servers}")
-    if stack.s3_endpoint:
-        print(f"s3:     {stack.s3_endpoint} (bucket {stack.bucket})")
-    print(f"info:   {devstack.stack_file(settings)}")
+    _print_state(settings, stack)
     return 0
 
 
 def _down(_: argparse.Namespace) -> int:
     stopped = devstack.down(Settings())
-    print("stopped" if stopped else "no dev stack was running")
+    print(json.dumps({"state": "down", "stopped": stopped}))
     return 0
 
 
@@ -43,8 +40,14 @@ def _status(_: argparse.Namespace) -> int:
     settings = Settings()
     stack = devstack.read_stack(settings)
     if stack is None:
-        print("down")
+        print(json.dumps({"state": "down"}))
         return 1
-    state = "up" if stack.alive else "dead (run `convdb dev down`, then `convdb dev up`)"
-    print(json.dumps({"state": state, **stack.__dict__}, indent=2))
+    _print_state(settings, stack)
     return 0 if stack.alive else 1
+
+
+def _print_state(settings: Settings, stack: devstack.DevStack) -> None:
+    """One JSON object, the same from `up` and `status`: state, addresses, pids, info file."""
+    state = "up" if stack.alive else "dead (run `convdb dev down`, then `convdb dev up`)"
+    info = str(devstack.stack_file(settings))
+    print(json.dumps({"state": state, **stack.__dict__, "info": info}, indent=2))

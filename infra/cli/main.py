@@ -7,13 +7,16 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import logging
 import os
 import sys
 
 from confluent_kafka import KafkaException
+from pydantic import ValidationError
 
 from infra.cli._common import UsageError
+from infra.logs import configure_logging
+from infra.settings import Settings
+from infra.tracing import setup_tracing
 from schemas.errors import ConvdbError
 
 COMMAND_MODULES = (
@@ -34,6 +37,24 @@ COMMAND_MODULES = (
 """Modules that register subcommands, in help order; each has `register(subparsers)`."""
 
 
+SERVICES = {"serve": "api", "runner": "runner", "reconcile": "reconciler", "consume": "consumer"}
+"""Long-running commands: they log at INFO, trace, and serve the ops endpoint (name = service)."""
+
+
+def service_name(args: argparse.Namespace) -> str | None:
+    """The service a command line runs (`consume archive` is the archive), or None for a command."""
+    service = SERVICES.get(args.command)
+    if service == "consumer" and getattr(args, "names", None) == ["archive"]:
+        return "archive"
+    return service
+
+
+def _first_error(exc: ValidationError) -> str:
+    error = exc.errors()[0]
+    where = "CONVDB_" + "__".join(str(p) for p in error["loc"]).upper()
+    return f"{where}: {error['msg']}"
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser with every command registered."""
     parser = argparse.ArgumentParser(
@@ -51,10 +72,14 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
     parser = build_parser()
     args = parser.parse_args(argv)
-    logging.basicConfig(
-        level=logging.DEBUG if args.verbose else logging.WARNING,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
+    try:
+        ops = Settings().ops
+    except ValidationError as exc:
+        parser.exit(2, f"convdb: error: bad configuration: {_first_error(exc)}\n")
+    service = service_name(args)
+    configure_logging(ops, service=service is not None, verbose=args.verbose)
+    if service is not None:
+        setup_tracing(service, llm=service == "runner")
     try:
         return int(args.func(args) or 0)
     except UsageError as exc:
@@ -70,6 +95,11 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:
+        # The reader went away (`convdb tail | head`): stop quietly, as a Unix filter does on
+        # SIGPIPE, and keep the interpreter's final flush from failing on the closed pipe too.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141
     return 0
 
 

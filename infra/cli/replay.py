@@ -116,7 +116,8 @@ def _replay(args: argparse.Namespace) -> int:
         segments = plan_replay(settings, projector, window, args.source, reader)
         total = sum(s.stop - s.start for segs in segments.values() for s in segs)
         with _progress() as bar:
-            task = bar.add_task(f"replay {projector.name}", total=total or None)
+            # Counted in offsets, transaction markers and skipped records included: it ends at 100%.
+            task = bar.add_task(f"replay {projector.name} (offsets)", total=total)
             result = replay(
                 settings, projector, engine, segments, window, make_codec(settings.schema_registry_url),
                 reader, progress=lambda n: bar.advance(task, n), batch_size=args.batch_size,
@@ -136,13 +137,13 @@ def _replay(args: argparse.Namespace) -> int:
 
 
 class _RateColumn(ProgressColumn):
-    """Events per second since the start."""
+    """Offsets per second since the start."""
 
     def render(self, task: Task) -> Text:
         """The task's average rate."""
         elapsed = task.elapsed or 0.0
         rate = task.completed / elapsed if elapsed > 0 else 0.0
-        return Text(f"{rate:,.0f} events/s", style="progress.data.speed")
+        return Text(f"{rate:,.0f} offsets/s", style="progress.data.speed")
 
 
 def _progress() -> Progress:

@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import argparse
+import logging
 
 from infra.cli._common import load_settings, positive, refuse_sample_credentials
+from infra.ops import start_ops
+
+logger = logging.getLogger(__name__)
 
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -19,14 +23,19 @@ def _serve(args: argparse.Namespace) -> int:
     import uvicorn
 
     from consumers.api import create_app
+    from consumers.api.observe import health
 
     settings = load_settings()
     refuse_sample_credentials(settings)
     app = create_app(settings)
-    uvicorn.run(
-        app,
-        host=args.host or settings.api.host,
-        port=args.port or settings.api.port,
-        log_level="warning",
-    )
+    host, port = args.host or settings.api.host, args.port or settings.api.port
+    # The API answers /healthz and /metrics itself; the ops port serves the same for probes and
+    # scrapers that use one port for every convdb service.
+    ops = start_ops(settings.ops, "api", app.state.metrics.registry, lambda: health(app))
+    logger.info("api: serving on http://%s:%d (store %s)", host, port, app.state.ctx.engine.url)
+    try:
+        uvicorn.run(app, host=host, port=port, log_level="warning")
+    finally:
+        if ops is not None:
+            ops.stop()
     return 0

@@ -3,16 +3,21 @@
 from __future__ import annotations
 
 import argparse
+import base64
 import json
 import sys
+from typing import Any
 
+from confluent_kafka import Message
+
+from infra import dlq
 from infra.cli._common import iso_timestamp, load_settings, non_negative, positive, require_broker
 from infra.reader import read_topic
-from schemas import make_codec
+from schemas import Codec, make_codec
 from schemas.errors import SchemaError
 from schemas.topics import ALL_TOPICS, DLQ
 
-TOPICS = {t.suffix: t for t in ALL_TOPICS if t is not DLQ}
+TOPICS = {t.suffix: t for t in ALL_TOPICS}
 
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -49,6 +54,13 @@ def _tail(args: argparse.Namespace) -> int:
         key = (msg.key() or b"").decode(errors="replace")
         if args.conversation and key != args.conversation:
             continue
+        if topic is DLQ:
+            letter = dead_letter(codec, msg)
+            print(json.dumps(letter) if args.format == "json" else _pretty_letter(letter))
+            shown += 1
+            if args.limit and shown >= args.limit:
+                break
+            continue
         try:
             record = codec.decode(msg.value(), expect=topic.value_types)
         except SchemaError as exc:
@@ -76,3 +88,35 @@ def _pretty(partition: int, offset: int, record: object) -> str:
     skip = {"id", "conversation_id", "tenant_id", "seq", "timestamp", "source", "parent_id", "kind"}
     body = {k: v for k, v in data.items() if k not in skip and v not in (None, "", [], False)}
     return f"{head} {ident} {json.dumps(body, ensure_ascii=False)}"
+
+
+def dead_letter(codec: Codec, msg: Message) -> dict[str, Any]:
+    """A DLQ record as data: where it came from, who refused it and why, and its original bytes.
+
+    The value is shown decoded when it is a record convdb can read (refused for its content),
+    else as base64 (refused because it could not be decoded).
+    """
+    headers = {k: (v or b"").decode(errors="replace") for k, v in (msg.headers() or ())}
+    value = msg.value() or b""
+    letter: dict[str, Any] = {
+        "partition": msg.partition(),
+        "offset": msg.offset(),
+        "key": (msg.key() or b"").decode(errors="replace"),
+        "error_class": headers.get(dlq.ERROR_CLASS, ""),
+        "error_message": headers.get(dlq.ERROR_MESSAGE, ""),
+        "origin": f"{headers.get(dlq.ORIGINAL_TOPIC, '?')}[{headers.get(dlq.ORIGINAL_PARTITION, '?')}]"
+        f"@{headers.get(dlq.ORIGINAL_OFFSET, '?')}",
+        "refused_by": headers.get(dlq.CONSUMER, ""),
+    }
+    try:
+        letter["record"] = codec.decode(value).model_dump(mode="json")
+    except SchemaError:
+        letter["value_base64"] = base64.b64encode(value).decode()
+    return letter
+
+
+def _pretty_letter(letter: dict[str, Any]) -> str:
+    head = f"[{letter['partition']}]@{letter['offset']} {letter['key']} from {letter['origin']}"
+    why = f"refused by {letter['refused_by'] or '?'}: {letter['error_class']}: {letter['error_message']}"
+    body = letter.get("record") or {"value_base64": letter.get("value_base64", "")}
+    return f"{head} {why} {json.dumps(body, ensure_ascii=False)}"

@@ -90,7 +90,8 @@ def test_replay_from_archive_plus_kafka_tail_equals_live_and_tamper_is_named(
         )
     assert run_cli(monkeypatch, settings, "audit", "diff", live, shadow) == 1
     lines = capsys.readouterr().out.strip().splitlines()
-    assert lines == [lines[0]] and lines[0].startswith("views\tconv-4\tlive=tampered\tshadow=")
+    assert len(lines) == 2 and lines[0].startswith("views\tconv-4\tlive=tampered\tshadow=")
+    assert lines[1] == "audit: 1 conversation(s) differ across views"  # the verdict, on stdout
 
 
 def test_replay_from_the_archive_alone_equals_kafka(

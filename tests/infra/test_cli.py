@@ -174,9 +174,10 @@ def test_dev_up_status_down(tmp_path: Path) -> None:
     try:
         up = convdb(env, "dev", "up", timeout=120)
         assert up.returncode == 0, up.stderr
-        assert up.stdout.startswith("broker: 127.0.0.1:")
+        assert json.loads(up.stdout)["bootstrap_servers"].startswith("127.0.0.1:")
         status = convdb(env, "dev", "status")
         assert status.returncode == 0, status.stderr
+        assert status.stdout == up.stdout  # one shape for both
         info.update(json.loads(status.stdout))
         assert info["state"] == "up" and pid_alive(info["broker_pid"]) and pid_alive(info["s3_pid"])
         assert info["s3_endpoint"].startswith("http://127.0.0.1:")
@@ -187,7 +188,7 @@ def test_dev_up_status_down(tmp_path: Path) -> None:
         assert convdb(env, "dev", "up").stdout == up.stdout  # already up: a no-op
     finally:
         down = convdb(env, "dev", "down", timeout=120)
-    assert down.returncode == 0 and down.stdout.strip() == "stopped", down.stderr
+    assert down.returncode == 0 and json.loads(down.stdout) == {"state": "down", "stopped": True}, down.stderr
     assert not pid_alive(int(info["broker_pid"])) and not pid_alive(int(info["s3_pid"]))  # type: ignore[call-overload]
     after = convdb(env, "dev", "status")
-    assert (after.returncode, after.stdout.strip()) == (1, "down")
+    assert (after.returncode, json.loads(after.stdout)) == (1, {"state": "down"})

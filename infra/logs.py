@@ -1,0 +1,112 @@
+"""Service logs: text or one JSON object per line, each carrying conversation, tenant and trace ids.
+
+Code logs as usual (`logger.info("...", extra={"conversation_id": ...})`); a `log_context` block
+adds ids to every line logged inside it (the runner wraps each conversation's work in one), and
+the current OpenTelemetry span gives the trace and span ids.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
+from datetime import UTC, datetime
+
+from opentelemetry import trace
+
+from infra.settings import OpsSettings
+
+CONTEXT_FIELDS = ("conversation_id", "tenant_id")
+_context: ContextVar[dict[str, str]] = ContextVar("convdb_log_context", default={})  # noqa: B039 - never mutated
+
+_STANDARD = set(logging.LogRecord("", 0, "", 0, "", None, None).__dict__) | {"message", "asctime"}
+
+QUIET_LIBRARIES = (
+    "LiteLLM",
+    "litellm",
+    "httpx",
+    "httpcore",
+    "botocore",
+    "urllib3",
+    "faust",
+    "mode",
+    "aiokafka",
+)
+"""Loggers kept at WARNING unless `-v`: at INFO they log every request or heartbeat."""
+
+
+@contextmanager
+def log_context(**fields: str | None) -> Iterator[None]:
+    """Every line logged inside carries these fields (e.g. conversation_id, tenant_id)."""
+    token = _context.set({**_context.get(), **{k: v for k, v in fields.items() if v}})
+    try:
+        yield
+    finally:
+        _context.reset(token)
+
+
+class ContextFilter(logging.Filter):
+    """Adds the log context and the current trace/span ids to each record."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        """Annotate; never drops a record."""
+        for name, value in _context.get().items():
+            if getattr(record, name, None) is None:
+                setattr(record, name, value)
+        span = trace.get_current_span().get_span_context()
+        if span.is_valid:
+            record.trace_id = format(span.trace_id, "032x")
+            record.span_id = format(span.span_id, "016x")
+        return True
+
+
+class JsonFormatter(logging.Formatter):
+    """One JSON object per line: time, level, logger, message, ids, and any `extra` fields."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        """The record as a JSON line."""
+        line = {
+            "ts": datetime.fromtimestamp(record.created, UTC).isoformat(timespec="milliseconds"),
+            "level": record.levelname,
+            "logger": record.name,
+            "message": record.getMessage(),
+        }
+        line.update(
+            {k: v for k, v in record.__dict__.items() if k not in _STANDARD and not k.startswith("_")}
+        )
+        if record.exc_info:
+            line["exception"] = self.formatException(record.exc_info)
+        return json.dumps(line, default=str, ensure_ascii=False)
+
+
+class TextFormatter(logging.Formatter):
+    """The classic line, with `[conversation_id=... tenant_id=... trace_id=...]` when known."""
+
+    def __init__(self) -> None:
+        super().__init__("%(asctime)s %(levelname)s %(name)s: %(message)s")
+
+    def format(self, record: logging.LogRecord) -> str:
+        """The record as text."""
+        text = super().format(record)
+        ids = [f"{k}={getattr(record, k)}" for k in (*CONTEXT_FIELDS, "trace_id") if getattr(record, k, None)]
+        return f"{text} [{' '.join(ids)}]" if ids else text
+
+
+def configure_logging(ops: OpsSettings, *, service: bool, verbose: bool = False) -> None:
+    """Route every log line to stderr in the configured format and level.
+
+    Level: DEBUG with `-v`; else `ops.log_level`; else INFO for long-running services (their
+    start, assignment and progress lines) and WARNING for one-shot commands.
+    """
+    level = "DEBUG" if verbose else ops.log_level or ("INFO" if service else "WARNING")
+    handler = logging.StreamHandler(sys.stderr)
+    handler.addFilter(ContextFilter())
+    handler.setFormatter(JsonFormatter() if ops.log_format == "json" else TextFormatter())
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(level)
+    for name in QUIET_LIBRARIES:
+        logging.getLogger(name).setLevel("DEBUG" if verbose else max(logging.WARNING, root.level))
