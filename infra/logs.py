@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import json
 import logging
-import sys
+import logging.config
 from collections.abc import Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 from datetime import UTC, datetime
+from typing import Any
 
 from opentelemetry import trace
 
@@ -24,18 +25,9 @@ _context: ContextVar[dict[str, str]] = ContextVar("convdb_log_context", default=
 
 _STANDARD = set(logging.LogRecord("", 0, "", 0, "", None, None).__dict__) | {"message", "asctime"}
 
-QUIET_LIBRARIES = (
-    "LiteLLM",
-    "litellm",
-    "httpx",
-    "httpcore",
-    "botocore",
-    "urllib3",
-    "faust",
-    "mode",
-    "aiokafka",
-)
-"""Loggers kept at WARNING unless `-v`: at INFO they log every request or heartbeat."""
+QUIET_LIBRARIES = ("LiteLLM", "litellm", "httpx", "httpcore", "botocore", "urllib3")
+"""Loggers kept at WARNING unless `-v`: at INFO they log every request. (faust's own level is the
+reconciler's `--log-level`; its worker reports readiness at INFO.)"""
 
 
 @contextmanager
@@ -95,18 +87,34 @@ class TextFormatter(logging.Formatter):
         return f"{text} [{' '.join(ids)}]" if ids else text
 
 
-def configure_logging(ops: OpsSettings, *, service: bool, verbose: bool = False) -> None:
-    """Route every log line to stderr in the configured format and level.
+def level_of(ops: OpsSettings, *, service: bool, verbose: bool = False) -> str:
+    """DEBUG with `-v`; else `ops.log_level`; else INFO for long-running services (their start,
+    assignment and progress lines) and WARNING for one-shot commands."""
+    return "DEBUG" if verbose else ops.log_level or ("INFO" if service else "WARNING")
 
-    Level: DEBUG with `-v`; else `ops.log_level`; else INFO for long-running services (their
-    start, assignment and progress lines) and WARNING for one-shot commands.
-    """
-    level = "DEBUG" if verbose else ops.log_level or ("INFO" if service else "WARNING")
-    handler = logging.StreamHandler(sys.stderr)
-    handler.addFilter(ContextFilter())
-    handler.setFormatter(JsonFormatter() if ops.log_format == "json" else TextFormatter())
-    root = logging.getLogger()
-    root.handlers[:] = [handler]
-    root.setLevel(level)
-    for name in QUIET_LIBRARIES:
-        logging.getLogger(name).setLevel("DEBUG" if verbose else max(logging.WARNING, root.level))
+
+def logging_config(ops: OpsSettings, level: str) -> dict[str, Any]:
+    """The `logging.config.dictConfig` of convdb's logs (also handed to faust's worker, which
+    would otherwise install its own format)."""
+    formatter = JsonFormatter if ops.log_format == "json" else TextFormatter
+    return {
+        "version": 1,
+        "disable_existing_loggers": False,
+        "formatters": {"convdb": {"()": f"{__name__}.{formatter.__name__}"}},
+        "filters": {"context": {"()": f"{__name__}.ContextFilter"}},
+        "handlers": {
+            "stderr": {
+                "class": "logging.StreamHandler",
+                "stream": "ext://sys.stderr",
+                "formatter": "convdb",
+                "filters": ["context"],
+            }
+        },
+        "root": {"level": level, "handlers": ["stderr"]},
+        "loggers": {name: {"level": "DEBUG" if level == "DEBUG" else "WARNING"} for name in QUIET_LIBRARIES},
+    }
+
+
+def configure_logging(ops: OpsSettings, *, service: bool, verbose: bool = False) -> None:
+    """Route every log line to stderr in the configured format and level."""
+    logging.config.dictConfig(logging_config(ops, level_of(ops, service=service, verbose=verbose)))

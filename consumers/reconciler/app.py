@@ -133,7 +133,10 @@ def build_app(settings: Settings, resolvers: Mapping[str, Resolver] | None = Non
     async def ingest(stream: Any) -> None:
         async for event in stream.events():
             msg = event.message
-            await reconciler.ingest(msg.topic, msg.partition, msg.offset, msg.key, event.value)
+            headers = msg.headers.items() if isinstance(msg.headers, Mapping) else msg.headers
+            await reconciler.ingest(
+                msg.topic, msg.partition, msg.offset, msg.key, event.value, list(headers or ())
+            )
 
     @app.timer(interval=settings.reconciler.tick_interval_s, name=f"{APP_NAME}.tick")
     async def tick() -> None:

@@ -18,7 +18,10 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from consumers.dlq import error_headers
+from consumers.reconciler.metrics import ReconcilerMetrics
 from consumers.reconciler.resolvers import Resolver
+from infra import tracing
+from infra.ops import Health
 from infra.settings import Settings
 from projections import effects
 from projections.effects import IllegalTransitionError, LookupResult, OperationState
@@ -60,19 +63,36 @@ class Reconciler:
     resolvers: Mapping[str, Resolver]
     policy: effects.ReconcilePolicy = field(init=False)
     counters: Counters = field(default_factory=Counters)
+    metrics: ReconcilerMetrics = field(default_factory=ReconcilerMetrics)
+    health: Health = field(default_factory=Health)
+    _traces: dict[str, Any] = field(default_factory=dict)
+    """operation_id -> trace context of its latest record: what the transitions continue (memory only)."""
     _in_flight: dict[str, float] = field(default_factory=dict)
     _lookup_failures: dict[str, int] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
+        self.health.stall_after_s = self.settings.ops.stall_after_s
         rc = self.settings.reconciler
         self.policy = effects.ReconcilePolicy(
             receipt_grace=timedelta(seconds=rc.receipt_grace_s), max_lookups=rc.max_lookups
         )
 
     async def ingest(
-        self, topic: str, partition: int, offset: int, key: bytes | None, value: bytes | None
+        self,
+        topic: str,
+        partition: int,
+        offset: int,
+        key: bytes | None,
+        value: bytes | None,
+        headers: list[tuple[str, bytes]] | None = None,
     ) -> None:
         """Decode one input and fold it into its operation's state (poison goes to the DLQ)."""
+        with tracing.traced(headers, "reconciler ingest", **{"messaging.destination.name": topic}):
+            await self._ingest(topic, partition, offset, key, value, tracing.extract(headers))
+
+    async def _ingest(
+        self, topic: str, partition: int, offset: int, key: bytes | None, value: bytes | None, trace: Any
+    ) -> None:
         value = value or b""  # a tombstone is not a record: it fails decoding like garbage
         try:
             record = self.codec.decode(value)
@@ -88,6 +108,8 @@ class Reconciler:
             new = effects.fold(state or effects.initial(operation_id), record)
         except IllegalTransitionError as exc:
             return await self._dead_letter(topic, partition, offset, key, value, exc)
+        if trace is not None:
+            self._traces[operation_id] = trace
         if isinstance(record, LedgerRecord):
             self._in_flight.pop(record.id, None)
         if new != state:
@@ -119,6 +141,10 @@ class Reconciler:
             if decision.lookup and resolver is not None and self._due(state):
                 records = await self._lookup(resolver, state, now)
             sent += await self._emit(records)
+        self.metrics.observe_table(
+            OperationState.model_validate_json(raw) for raw in list(self.table.values())
+        )
+        self.health.beat()
         if sent:
             logger.info("tick sent %d transition(s); totals %s", sent, self.counters)
         return sent
@@ -143,6 +169,7 @@ class Reconciler:
             self._lookup_failures[state.operation_id] = failures + 1
         else:
             self._lookup_failures.pop(state.operation_id, None)
+        self.metrics.lookups.labels(result.outcome).inc()
         logger.info("lookup %s -> %s (%s)", state.operation_id, result.outcome, result.detail)
         return records
 
@@ -155,9 +182,15 @@ class Reconciler:
         for record in records:
             if self._recently_sent(record.id):
                 continue
-            await self.send("effects", record.conversation_id.encode(), self.codec.encode(record), None)
+            parent = self._traces.get(record.operation_id)
+            with tracing.span(f"reconciler {record.kind}", parent=parent, attributes=_attributes(record)):
+                headers = tracing.inject(None)  # faust sends: the one writer outside infra.producer
+                await self.send(
+                    "effects", record.conversation_id.encode(), self.codec.encode(record), headers
+                )
             self._in_flight[record.id] = time.monotonic()
             self.counters.emitted += 1
+            self.metrics.resolved.labels(record.kind).inc()
             sent += 1
             logger.info("emitted %s for %s (id %s)", record.kind, record.operation_id, record.id)
         return sent
@@ -166,8 +199,13 @@ class Reconciler:
         self, topic: str, partition: int, offset: int, key: bytes | None, value: bytes, exc: Exception
     ) -> None:
         self.counters.dead_lettered += 1
+        self.metrics.dead_letters.inc()
         logger.error(
             "poison record %s[%s]@%s -> DLQ: %s: %s", topic, partition, offset, type(exc).__name__, exc
         )
         headers = error_headers("reconciler", topic, partition, offset, exc)
         await self.send("dlq", key or b"", value, headers)
+
+
+def _attributes(record: LedgerRecord) -> dict[str, str]:
+    return {"convdb.operation_id": record.operation_id, "convdb.conversation_id": record.conversation_id}

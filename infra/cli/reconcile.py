@@ -7,6 +7,8 @@ import logging
 
 from infra.cli._common import load_settings, require_broker
 from infra.kafka import apply_topics
+from infra.logs import level_of, logging_config
+from infra.ops import start_ops
 from schemas.topics import ALL_TOPICS
 
 logger = logging.getLogger(__name__)
@@ -23,8 +25,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.add_argument(
         "--log-level",
         choices=("debug", "info", "warning", "error"),
-        default="warning",
-        help="worker log level",
+        help="worker log level (default: CONVDB_OPS__LOG_LEVEL, else info)",
     )
     p.set_defaults(func=_reconcile)
 
@@ -39,6 +40,20 @@ def _reconcile(args: argparse.Namespace) -> int:
     # produces to it: an auto-created topic gets 4 partitions and breaks the co-partitioning.
     apply_topics(settings, (*ALL_TOPICS, CHANGELOG))
     app = build_app(settings)
-    worker = faust.Worker(app, loglevel=args.log_level.upper(), quiet=True, redirect_stdouts=False)
-    worker.execute_from_commandline()  # returns by SystemExit once SIGTERM/SIGINT stopped it
+    reconciler = app.reconciler  # type: ignore[attr-defined]
+    ops = start_ops(settings.ops, "reconciler", reconciler.metrics.registry, reconciler.health.report)
+    level = args.log_level.upper() if args.log_level else level_of(settings.ops, service=True)
+    # faust's worker replaces the process's logging set-up with its own: hand it convdb's.
+    worker = faust.Worker(
+        app,
+        loglevel=level,
+        logging_config=logging_config(settings.ops, level),
+        quiet=True,
+        redirect_stdouts=False,
+    )
+    try:
+        worker.execute_from_commandline()  # returns by SystemExit once SIGTERM/SIGINT stopped it
+    finally:
+        if ops is not None:
+            ops.stop()
     return 0
