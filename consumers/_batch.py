@@ -87,7 +87,7 @@ class Batch(Sequence[ConsumedRecord]):
         if self._groups is None:
             groups: dict[str, list[ConsumedRecord]] = {}
             for record in self.events():
-                conv = record.value.conversation_id  # type: ignore[attr-defined]
+                conv = record.value.conversation_id
                 group = groups.get(conv)
                 if group is None:
                     groups[conv] = [record]

@@ -51,7 +51,8 @@ def load(name: str, settings: Settings) -> Projector:
         cls = found[name].load()
     except (ImportError, AttributeError) as exc:
         raise PluginError(f"consumer {name!r} ({found[name].value}) does not load: {exc}") from exc
-    return cls(settings)  # type: ignore[no-any-return]
+    projector: Projector = cls(settings)
+    return projector
 
 
 def load_many(names: list[str], settings: Settings) -> list[Projector]:

@@ -2,18 +2,13 @@
 
 from __future__ import annotations
 
-# Raised by the producer helpers in `infra`; re-exported so that producers name them in one place.
+# Defined once where they belong (the producer helpers, the pure folds); re-exported so that
+# producers name every error it raises from here.
 from infra.errors import FencedError as FencedError
 from infra.errors import PublishError as PublishError
+from projections.errors import IllegalTransitionError as IllegalTransitionError
+from projections.errors import SequenceGapError as SequenceGapError
 from schemas.errors import ConvdbError
-
-
-class SequenceGapError(ConvdbError):
-    """An event's seq is not last seq + 1 for its conversation (a gap or a duplicate)."""
-
-
-class IllegalTransitionError(ConvdbError):
-    """An execution-status change that the status machine does not allow."""
 
 
 class ToolArgumentError(ConvdbError):

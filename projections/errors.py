@@ -10,7 +10,7 @@ class ProjectionError(ConvdbError):
 
 
 class SequenceGapError(ProjectionError):
-    """An event's seq is more than last seq + 1 for its conversation (events are missing)."""
+    """An event's seq does not follow its conversation's last seq (events missing, or out of order)."""
 
 
 class ConversationMismatchError(ProjectionError):
@@ -30,7 +30,7 @@ class CursorError(QueryError):
 
 
 class IllegalTransitionError(ProjectionError):
-    """An effect-ledger record asks for a transition the operation state machine forbids."""
+    """A state machine (operation status, execution status) is asked for a transition it forbids."""
 
 
 class ForeignRecordError(ProjectionError):

@@ -12,7 +12,7 @@ import binascii
 import json
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
-from typing import Any, Literal, NamedTuple
+from typing import Any, NamedTuple
 
 from pydantic import (
     AwareDatetime,
@@ -27,25 +27,7 @@ from pydantic import (
 from projections._text import shorten
 from projections.errors import CursorError, QueryError
 from schemas._types import EventSource
-from schemas.events import Event
-
-EventKind = Literal[
-    "system_prompt",
-    "message",
-    "action",
-    "observation",
-    "agent_error",
-    "user_reject",
-    "condensation",
-    "pause",
-    "state_update",
-    "llm_usage",
-    "fork",
-    "active_leaf_changed",
-    "title",
-    "external",
-]
-"""The `kind` of every event type (a test keeps it equal to `schemas.events.EVENT_TYPES`)."""
+from schemas.events import Event, EventEnvelope, EventKind
 
 TEXT_LIMIT = 160
 """Length of `IndexRow.text`, in characters."""
@@ -110,8 +92,13 @@ def index_row(event: Event) -> IndexRow:
 
 
 def describe(event: Event) -> str:
-    """A human description of an event, before shortening."""
-    return _DESCRIPTIONS[event.kind](event)
+    """A human description of an event, before shortening (any kind, described or not)."""
+    described = _DESCRIPTIONS.get(event.kind)
+    if described is not None:
+        return described(event)
+    # A kind without a description of its own (a new event type): its fields, in schema order.
+    fields = ", ".join(f"{k}={v}" for k, v in event.__dict__.items() if k not in _ENVELOPE and v is not None)
+    return f"{event.kind}: {fields}"
 
 
 def _usage(event: Any) -> str:
@@ -123,6 +110,8 @@ def _condensation(event: Any) -> str:
     forgot = f"forgot {len(event.forgotten_event_ids)} events"
     return forgot if event.summary is None else f"{forgot}: {event.summary}"
 
+
+_ENVELOPE = frozenset(EventEnvelope.model_fields) | {"kind", "extension"}
 
 # A dict on `kind` rather than `match` on classes: isinstance on pydantic models is slow.
 _DESCRIPTIONS: dict[str, Callable[[Any], str]] = {

@@ -8,16 +8,12 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from datetime import datetime
-from typing import Any, NamedTuple, get_args
+from typing import Any, NamedTuple
 
 from projections._sequence import ANNOTATION_SEQ, is_next
 from projections.errors import ConversationMismatchError
-from projections.index import EventKind
 from schemas._types import ExecutionStatus
-from schemas.events import Event
-
-EVENT_KINDS: tuple[str, ...] = get_args(EventKind)
-"""Every event kind, in the order of `ConversationStats.counts`."""
+from schemas.events import EVENT_KINDS, Event
 
 _KIND_INDEX = {kind: i for i, kind in enumerate(EVENT_KINDS)}
 
@@ -31,7 +27,7 @@ class ConversationStats(NamedTuple):
     events: int = 0
     """Events counted (chain events and annotations, each once)."""
     counts: tuple[int, ...] = (0,) * len(EVENT_KINDS)
-    """Events per kind, aligned with `EVENT_KINDS` (see `counts_by_kind`)."""
+    """Events per kind, aligned with `schemas.events.EVENT_KINDS` (see `counts_by_kind`)."""
     llm_calls: int = 0
     prompt_tokens: int = 0
     completion_tokens: int = 0

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from pydantic import BaseModel, ConfigDict
 
@@ -50,3 +50,11 @@ class AvroModel(BaseModel):
     """Base of every record model: frozen, no extra fields, same fields as its `.avsc`."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
+
+    if TYPE_CHECKING:
+        # Every record is keyed by its conversation (DESIGN §4) and belongs to a tenant, and its
+        # type is named by `kind`: every model declares these fields itself, where its schema
+        # puts them (tests/schemas/test_schema_agreement.py checks it).
+        conversation_id: str
+        tenant_id: str
+        kind: str

@@ -90,8 +90,15 @@ def load_version(name: str, version: int, text: str) -> SchemaVersion:
         raise ValueError(
             f"schema file for {name} v{version} declares record {schema.get('name')!r}"
         )
+    return SchemaVersion(name, version, schema, parse_record(schema), single_object_fingerprint(schema))
+
+
+def parse_record(schema: dict[str, Any]) -> dict[str, Any]:
+    """fastavro's parsed form of a record schema (a dict, unlike a primitive or union schema's)."""
     parsed = parse_schema(schema)
-    return SchemaVersion(name, version, schema, parsed, single_object_fingerprint(schema))
+    if not isinstance(parsed, dict):
+        raise ValueError(f"not a record schema: {str(schema)[:80]}")
+    return parsed
 
 
 _SHIPPED: SchemaCatalog | None = None

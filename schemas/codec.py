@@ -9,14 +9,21 @@ Two framings share the Avro binary payload:
 from __future__ import annotations
 
 from io import BytesIO
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar, overload
 
-from fastavro import parse_schema, schemaless_reader, schemaless_writer
+from fastavro import schemaless_reader, schemaless_writer
 from pydantic import ValidationError
 
 from schemas._trusted import Build, trusted_builder
 from schemas._types import AvroModel
-from schemas.catalog import MODELS, SINGLE_OBJECT_MAGIC, SchemaCatalog, SchemaVersion, shipped_catalog
+from schemas.catalog import (
+    MODELS,
+    SINGLE_OBJECT_MAGIC,
+    SchemaCatalog,
+    SchemaVersion,
+    parse_record,
+    shipped_catalog,
+)
 from schemas.errors import (
     CorruptRecordError,
     InvalidRecordError,
@@ -29,6 +36,9 @@ from schemas.errors import (
 CONFLUENT_MAGIC = b"\x00"
 
 
+M = TypeVar("M", bound=AvroModel)
+
+
 class Codec(Protocol):
     """Turns record models into bytes and back."""
 
@@ -36,9 +46,33 @@ class Codec(Protocol):
         """Encode one record. Raises `InvalidRecordError`."""
         ...
 
-    def decode(self, data: bytes, expect: tuple[type[AvroModel], ...] | None = None) -> Any:
-        """Decode one record, optionally checking its type. Raises a `SchemaError`."""
+    @overload
+    def decode(self, data: bytes, expect: None = None) -> AvroModel: ...
+    @overload
+    def decode(self, data: bytes, expect: tuple[type[M], ...]) -> M: ...
+    def decode(self, data: bytes, expect: tuple[type[M], ...] | None = None) -> AvroModel:
+        """Decode one record, of one of the `expect` types if given. Raises a `SchemaError`."""
         ...
+
+
+class _Decoder:
+    """The typed `decode` of both codecs: the record is of one of the expected types, or it raises."""
+
+    @overload
+    def decode(self, data: bytes, expect: None = None) -> AvroModel: ...
+    @overload
+    def decode(self, data: bytes, expect: tuple[type[M], ...]) -> M: ...
+    def decode(self, data: bytes, expect: tuple[type[M], ...] | None = None) -> AvroModel:
+        """Decode one record, of one of the `expect` types if given.
+
+        Raises:
+            SchemaError: garbage (`NotAvroError`), an unknown writer schema, a truncated or
+                corrupt payload, an invalid record, or one of another type (`UnexpectedRecordError`).
+        """
+        return self._decode(data, expect)
+
+    def _decode(self, data: bytes, expect: tuple[type[AvroModel], ...] | None) -> AvroModel:
+        raise NotImplementedError
 
 
 def _write_payload(buf: BytesIO, parsed: dict[str, Any], record: AvroModel) -> None:
@@ -64,7 +98,9 @@ def _read_payload(
         raise CorruptRecordError(f"{what}: payload does not decode: {exc}") from exc
     if buf.tell() != len(data):
         raise CorruptRecordError(f"{what}: {len(data) - buf.tell()} bytes left after the record")
-    return record  # type: ignore[return-value]
+    if not isinstance(record, dict):
+        raise CorruptRecordError(f"{what}: decodes to a {type(record).__name__}, not a record")
+    return record
 
 
 def _to_model(
@@ -86,7 +122,7 @@ def _to_model(
         raise InvalidRecordError(f"{name} does not validate: {exc}") from exc
 
 
-class SingleObjectCodec:
+class SingleObjectCodec(_Decoder):
     """Avro single-object encoding; writer schemas resolved from the shipped versions."""
 
     def __init__(self, catalog: SchemaCatalog | None = None) -> None:
@@ -109,7 +145,7 @@ class SingleObjectCodec:
         _write_payload(buf, version.parsed, record)
         return buf.getvalue()
 
-    def decode(self, data: bytes, expect: tuple[type[AvroModel], ...] | None = None) -> Any:
+    def _decode(self, data: bytes, expect: tuple[type[AvroModel], ...] | None) -> AvroModel:
         """Decode bytes written by any shipped schema version into the current model."""
         if len(data) < 10 or data[:2] != SINGLE_OBJECT_MAGIC:
             head = bytes(data[:4]).hex() or "empty"
@@ -131,7 +167,7 @@ class SingleObjectCodec:
         return _to_model(writer.name, record, expect)
 
 
-class ConfluentCodec:
+class ConfluentCodec(_Decoder):
     """Confluent wire format, schemas registered per record name (RecordNameStrategy)."""
 
     def __init__(self, registry_url: str, catalog: SchemaCatalog | None = None) -> None:
@@ -172,11 +208,13 @@ class ConfluentCodec:
                 raise UnknownFingerprintError(
                     f"schema id {schema_id} is not in the registry"
                 ) from exc
+            if schema.schema_str is None:
+                raise UnknownFingerprintError(f"schema id {schema_id} has no schema text in the registry")
             raw = json.loads(schema.schema_str)
-            self._writers[schema_id] = (raw["name"], parse_schema(raw))
+            self._writers[schema_id] = (raw["name"], parse_record(raw))
         return self._writers[schema_id]
 
-    def decode(self, data: bytes, expect: tuple[type[AvroModel], ...] | None = None) -> Any:
+    def _decode(self, data: bytes, expect: tuple[type[AvroModel], ...] | None) -> AvroModel:
         """Decode Confluent-framed bytes, resolving the writer schema through the registry."""
         if len(data) < 5 or data[:1] != CONFLUENT_MAGIC:
             head = bytes(data[:4]).hex() or "empty"

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal, get_args
 
 from pydantic import AwareDatetime, Field
 
@@ -239,20 +239,15 @@ Event = Annotated[
 ]
 """Any conversation event, discriminated by `kind`."""
 
-EVENT_TYPES: tuple[type[EventEnvelope], ...] = (
-    SystemPromptEvent,
-    MessageEvent,
-    ActionEvent,
-    ObservationEvent,
-    AgentErrorEvent,
-    UserRejectEvent,
-    CondensationEvent,
-    PauseEvent,
-    StateUpdateEvent,
-    LLMUsageEvent,
-    ForkEvent,
-    ActiveLeafChangedEvent,
-    TitleEvent,
-    ExternalEvent,
-)
-"""Every conversation event type, in the order of the events-topic union."""
+EVENT_TYPES: tuple[type[EventEnvelope], ...] = get_args(get_args(Event)[0])
+"""Every conversation event type, in the order of the `Event` union (the one list of them)."""
+
+EVENT_KINDS: tuple[str, ...] = tuple(t.model_fields["kind"].default for t in EVENT_TYPES)
+"""The `kind` of every event type, in `EVENT_TYPES` order."""
+
+if TYPE_CHECKING:
+    EventKind = str
+else:
+    # A Literal built from the union: pydantic validates it; a type checker cannot build one from data.
+    EventKind = Literal[EVENT_KINDS]
+"""One of `EVENT_KINDS` (validated as a Literal of them)."""

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated, Literal, get_args
 
 from pydantic import AwareDatetime, Field
 
@@ -217,14 +217,7 @@ LedgerEvent = Annotated[
 ]
 """Any effect-ledger transition, discriminated by `kind`."""
 
-LEDGER_TYPES: tuple[type[LedgerRecord], ...] = (
-    EffectProposed,
-    EffectStarted,
-    EffectConfirmed,
-    EffectFailed,
-    EffectUnknown,
-    EffectResolved,
-)
+LEDGER_TYPES: tuple[type[LedgerRecord], ...] = get_args(get_args(LedgerEvent)[0])
 """Every effect-ledger record type."""
 
 RECORD_TYPES: tuple[type[AvroModel], ...] = (

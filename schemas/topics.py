@@ -3,18 +3,24 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any, Generic, TypeVar
 
 from schemas._types import AvroModel
-from schemas.events import EVENT_TYPES
-from schemas.records import LEDGER_TYPES, ExternalBatch, InboxMessage, Receipt, Snapshot
+from schemas.events import EVENT_TYPES, EventEnvelope
+from schemas.records import LEDGER_TYPES, ExternalBatch, InboxMessage, LedgerRecord, Receipt, Snapshot
+
+V = TypeVar("V", bound=AvroModel)
 
 
 @dataclass(frozen=True)
-class Topic:
-    """A topic: its name under a namespace, what it holds, and how the broker keeps it."""
+class Topic(Generic[V]):
+    """A topic: its name under a namespace, what it holds, and how the broker keeps it.
+
+    `codec.decode(data, expect=topic.value_types)` is typed as the topic's record type `V`.
+    """
 
     suffix: str
-    value_types: tuple[type[AvroModel], ...]
+    value_types: tuple[type[V], ...]
     config: dict[str, str] = field(default_factory=dict)
     doc: str = ""
 
@@ -23,35 +29,37 @@ class Topic:
         return f"{namespace}.{self.suffix}"
 
 
-EVENTS = Topic(
+EVENTS: Topic[EventEnvelope] = Topic(
     "events",
     EVENT_TYPES,
     {"cleanup.policy": "delete", "retention.ms": "-1"},
     "every conversation event, keyed by conversation_id",
 )
-STATE = Topic(
+STATE: Topic[Snapshot] = Topic(
     "state",
     (Snapshot,),
     {"cleanup.policy": "compact"},
     "base-state snapshots with the events offset they cover",
 )
-INBOX = Topic(
+INBOX: Topic[InboxMessage | ExternalBatch] = Topic(
     "inbox",
     (InboxMessage, ExternalBatch),
     {"cleanup.policy": "delete"},
     "user messages and commands sent to a conversation, even before it runs; records of foreign "
     "systems (OpenHands) to append",
 )
-RECEIPTS = Topic(
+RECEIPTS: Topic[Receipt] = Topic(
     "receipts", (Receipt,), {"cleanup.policy": "delete"}, "provider receipts carrying operation_id"
 )
-EFFECTS = Topic("effects", LEDGER_TYPES, {"cleanup.policy": "delete"}, "effect-ledger transitions")
-DLQ = Topic(
+EFFECTS: Topic[LedgerRecord] = Topic(
+    "effects", LEDGER_TYPES, {"cleanup.policy": "delete"}, "effect-ledger transitions"
+)
+DLQ: Topic[AvroModel] = Topic(
     "dlq",
     (),
     {"cleanup.policy": "delete"},
     "undecodable or invalid records, original bytes + error headers",
 )
 
-ALL_TOPICS: tuple[Topic, ...] = (EVENTS, STATE, INBOX, RECEIPTS, EFFECTS, DLQ)
+ALL_TOPICS: tuple[Topic[Any], ...] = (EVENTS, STATE, INBOX, RECEIPTS, EFFECTS, DLQ)
 """Every topic; all share one partition count so joined topics are co-partitioned."""

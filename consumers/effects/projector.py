@@ -90,7 +90,7 @@ def _ledger_row(record: ConsumedRecord, value: LedgerRecord) -> dict[str, Any]:
         "operation_id": value.operation_id,
         "conversation_id": value.conversation_id,
         "tenant_id": value.tenant_id,
-        "kind": value.kind,  # type: ignore[attr-defined]
+        "kind": value.kind,
         "by": by,
         "timestamp_us": micros(value.timestamp),
         "partition": record.partition,

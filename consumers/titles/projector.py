@@ -74,7 +74,7 @@ class TitlesConsumer(ConversationProjector[titles.TitleProcessor]):
 
     def to_row(self, change: TitleChange) -> dict[str, Any]:
         """The processor's row; the tenant is the stored one, else the first event's."""
-        tenant = change.stored["tenant_id"] if change.stored else change.records[0].value.tenant_id  # type: ignore[attr-defined]
+        tenant = change.stored["tenant_id"] if change.stored else change.records[0].value.tenant_id
         return to_row(change.after, tenant, change.records[-1].partition)
 
     def from_row(self, row: Mapping[str, Any]) -> titles.TitleProcessor:

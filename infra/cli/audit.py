@@ -14,7 +14,7 @@ from infra.cli.replay import load_projector
 from projections import view
 
 
-def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add the `audit` command with `diff` and `show`."""
     p = sub.add_parser("audit", help="prove a replay equals the live projection; show past views")
     actions = p.add_subparsers(dest="audit_command", required=True, metavar="ACTION")

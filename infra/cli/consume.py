@@ -18,7 +18,7 @@ from infra.settings import Settings
 logger = logging.getLogger(__name__)
 
 
-def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add the `consume` command."""
     p = sub.add_parser(
         "consume",

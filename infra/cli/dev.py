@@ -9,7 +9,7 @@ from infra import devstack
 from infra.settings import Settings
 
 
-def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add the `dev` command."""
     dev = sub.add_parser("dev", help="run the embedded broker and local S3 in the background")
     actions = dev.add_subparsers(dest="action", required=True, metavar="ACTION")

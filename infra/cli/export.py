@@ -13,7 +13,7 @@ from infra.settings import Settings
 from schemas import make_codec
 
 
-def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add the `export` command."""
     p = sub.add_parser("export", help="write a conversation's full trajectory in order")
     p.add_argument("conversation", metavar="CONV", help="conversation id")

@@ -14,7 +14,7 @@ from schemas.topics import ALL_TOPICS
 logger = logging.getLogger(__name__)
 
 
-def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add the `reconcile` command."""
     p = sub.add_parser(
         "reconcile",

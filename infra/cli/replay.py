@@ -31,7 +31,7 @@ from schemas import make_codec
 SOURCES = ("kafka", "archive", "auto")
 
 
-def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add the `replay` command."""
     p = sub.add_parser(
         "replay",

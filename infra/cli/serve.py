@@ -11,7 +11,7 @@ from infra.ops import start_ops
 logger = logging.getLogger(__name__)
 
 
-def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add the `serve` command."""
     p = sub.add_parser("serve", help="run the query API (OpenAPI docs at /docs)")
     p.add_argument("--host", help="bind address (default: CONVDB_API__HOST)")

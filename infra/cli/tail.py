@@ -13,14 +13,14 @@ from confluent_kafka import Message
 from infra import dlq
 from infra.cli._common import iso_timestamp, load_settings, non_negative, positive, require_broker
 from infra.reader import read_topic
-from schemas import Codec, make_codec
+from schemas import AvroModel, Codec, make_codec
 from schemas.errors import SchemaError
 from schemas.topics import ALL_TOPICS, DLQ
 
 TOPICS = {t.suffix: t for t in ALL_TOPICS}
 
 
-def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add the `tail` command."""
     p = sub.add_parser("tail", help="print events (decoded) from an offset or a time")
     p.add_argument("--topic", choices=sorted(TOPICS), default="events", help="topic (default: events)")
@@ -79,8 +79,8 @@ def _tail(args: argparse.Namespace) -> int:
     return 0
 
 
-def _pretty(partition: int, offset: int, record: object) -> str:
-    data = record.model_dump(mode="json")  # type: ignore[attr-defined]
+def _pretty(partition: int, offset: int, record: AvroModel) -> str:
+    data = record.model_dump(mode="json")
     head = f"[{partition}]@{offset} {data.get('timestamp', '')} {data.get('kind', '')}"
     ident = data.get("conversation_id", "")
     if "seq" in data:

@@ -8,7 +8,7 @@ from infra.cli._common import load_settings, require_broker
 from infra.kafka import apply_topics, list_topics
 
 
-def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add the `topics` command."""
     topics = sub.add_parser("topics", help="create or list the namespace's topics")
     actions = topics.add_subparsers(dest="action", required=True, metavar="ACTION")

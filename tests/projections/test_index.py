@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from datetime import UTC, datetime, timedelta
-from typing import get_args
+from typing import Literal, get_args
 
 import pytest
 from hypothesis import given
@@ -18,11 +18,12 @@ from projections.index import (
     IndexRow,
     SearchQuery,
     decode_cursor,
+    describe,
     encode_cursor,
     index_row,
     micros,
 )
-from schemas.events import EVENT_TYPES, Event
+from schemas.events import EVENT_KINDS, EVENT_TYPES, Event, EventEnvelope
 from tests.strategies import interleaved_conversations
 
 EVENT = TypeAdapter(Event)
@@ -34,6 +35,24 @@ def key(row: IndexRow | Cursor) -> tuple[datetime, str, int, str]:
 
 def test_event_kinds_match_the_schema() -> None:
     assert set(get_args(EventKind)) == {t.model_fields["kind"].default for t in EVENT_TYPES}
+    assert EVENT_KINDS == tuple(t.model_fields["kind"].default for t in EVENT_TYPES)
+
+
+class NoteEvent(EventEnvelope):
+    """An event type the index has no description for (as a newly added one)."""
+
+    text: str
+    pinned: bool = False
+    kind: Literal["note"] = "note"
+
+
+def test_a_kind_without_a_description_is_described_by_its_fields() -> None:
+    note = NoteEvent(
+        id="n1", conversation_id="c", tenant_id="t", seq=1, timestamp=datetime(2026, 1, 1, tzinfo=UTC),
+        source="user", text="remember\nthis",
+    )  # fmt: skip
+    assert describe(note) == "note: text=remember\nthis, pinned=False"  # type: ignore[arg-type]
+    assert index_row(note).text == "note: text=remember this, pinned=False"  # type: ignore[arg-type]
 
 
 @given(interleaved_conversations())

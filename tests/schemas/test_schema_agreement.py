@@ -108,6 +108,14 @@ def test_every_model_has_exactly_one_latest_schema() -> None:
     assert len({v.fingerprint for v in CATALOG.versions}) == len(CATALOG.versions)
 
 
+def test_every_record_is_keyed_by_conversation_and_named_by_kind() -> None:
+    """`AvroModel` declares these to the type checker; every model must really have them."""
+    for model in MODELS.values():
+        fields = model.model_fields
+        assert fields["conversation_id"].annotation is str and fields["tenant_id"].annotation is str
+        assert fields["kind"].default == typing.get_args(fields["kind"].annotation)[0], model.__name__
+
+
 def test_union_types_cover_only_optional_fields() -> None:
     for model in MODELS.values():
         for name, info in model.model_fields.items():
