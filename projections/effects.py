@@ -185,9 +185,9 @@ def _base(state: OperationState, key: str, now: datetime) -> dict[str, object]:
 def _from_receipt(state: OperationState, now: datetime) -> LedgerRecord:
     receipt = state.receipt
     if receipt is None or receipt.status == "succeeded":
-        return _confirmed(
-            state, now, "receipt", receipt and receipt.provider_receipt, receipt and receipt.result
-        )
+        if receipt is None:
+            return _confirmed(state, now, "receipt", None, None)
+        return _confirmed(state, now, "receipt", receipt.provider_receipt, receipt.result)
     error = f"provider {receipt.provider} receipt {receipt.provider_receipt}: failed {receipt.result}"
     return EffectFailed.model_validate({**_base(state, "failed", now), "error": error, "origin": "receipt"})
 

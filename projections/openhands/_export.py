@@ -106,10 +106,10 @@ def _from_info(info: dict[str, Any]) -> dict[str, Any]:
 def _synthesized(conversation_id: str, events: list[Event]) -> dict[str, Any]:
     """A base_state for a conversation convdb ran: enough for the SDK to load it."""
     view = fold_all(initial(conversation_id), [e for e in events if e.conversation_id == conversation_id])
-    status = next((e.execution_status for e in reversed(events) if e.kind == "state_update"), "idle")  # type: ignore[union-attr]
+    status = next((e.execution_status for e in reversed(events) if e.kind == "state_update"), "idle")
     usage = [e for e in events if isinstance(e, LLMUsageEvent)]
     model = usage[-1].model if usage else "convdb/scripted"
-    tools = next((list(e.tools) for e in events if e.kind == "system_prompt"), [])  # type: ignore[union-attr]
+    tools = next((list(e.tools) for e in events if e.kind == "system_prompt"), [])
     return {
         "id": conversation_id,
         "agent": {

@@ -44,7 +44,8 @@ def effect_classes(tools: Any) -> Map[str, EffectClass]:
         if not isinstance(tool, dict):
             continue
         name = tool.get("title") or tool.get("name")
-        hints = tool.get("annotations") if isinstance(tool.get("annotations"), dict) else {}
+        annotations = tool.get("annotations")
+        hints = annotations if isinstance(annotations, dict) else {}
         if isinstance(name, str):
             if hints.get("readOnlyHint") is True:
                 found[name] = "read_only"
@@ -62,9 +63,9 @@ def resume(view: ViewState, tenant_id: str) -> OpenHandsState:
         if event.seq != ANNOTATION_SEQ and event.kind != "active_leaf_changed":
             state = state._replace(last_node=event.id)
         if event.kind == "state_update":
-            state = state._replace(status=event.execution_status)  # type: ignore[union-attr]
+            state = state._replace(status=event.execution_status)
         elif event.kind == "title":
-            state = state._replace(title=event.title)  # type: ignore[union-attr]
+            state = state._replace(title=event.title)
         elif event.kind == "system_prompt" and "patch" in marks:
             state = state._replace(effect_classes=effect_classes(marks["patch"].get("=", {}).get("tools")))
         elif event.kind == "llm_usage" and "usage_id" in marks:
@@ -72,11 +73,11 @@ def resume(view: ViewState, tenant_id: str) -> OpenHandsState:
             for i, value in enumerate(
                 (
                     event.prompt_tokens,
-                    event.completion_tokens,  # type: ignore[union-attr]
+                    event.completion_tokens,
                     event.cached_tokens,
                     event.cost or 0.0,
                 )
-            ):  # type: ignore[union-attr]
+            ):
                 sums[i] += value
     totals = Map({k: (int(v[0]), int(v[1]), int(v[2]), float(v[3])) for k, v in usage.items()})
     return state._replace(usage=totals)
