@@ -56,9 +56,9 @@ def test_events_only_keeps_the_batch_when_every_record_is_an_event() -> None:
     assert list(mixed.events()) == records
 
 
-def _one_by_one(projection: Fold, records: list[ConsumedRecord]) -> tuple[object, list, list]:
+def _one_by_one(projection: Fold, conv: str, records: list[ConsumedRecord]) -> tuple[object, list, list]:
     """The plain computation: fold record by record, skipping (and listing) what is refused."""
-    state, folded, refused = projection.initial(records[0].value.conversation_id), [], []  # type: ignore[attr-defined]
+    state, folded, refused = projection.initial(conv), [], []
     for record in records:
         try:
             state = projection.fold(state, record.value)
@@ -83,7 +83,7 @@ def test_fold_records_equals_folding_one_by_one(events: list[Event], data: st.Da
     ):
         refused_a: list = []
         state_a, folded_a = fold_records(projection, projection.initial(conv), records, refused_a)
-        state_b, folded_b, refused_b = _one_by_one(projection, records)
+        state_b, folded_b, refused_b = _one_by_one(projection, conv, records)
         assert state_a == state_b
         assert list(folded_a) == folded_b
         assert [r.record for r in refused_a] == refused_b
