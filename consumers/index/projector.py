@@ -9,7 +9,7 @@ from sqlalchemy.engine import Connection
 
 from consumers._rows import micros
 from consumers.base import Batch, ConsumedRecord, DigestOf, Rejection, TableProjector
-from consumers.index.tables import KEY, events, metadata
+from consumers.index.tables import COLUMNS, KEY, events, metadata
 from consumers.store import bulk_insert
 from projections._text import shorten
 from projections.index import TEXT_LIMIT, describe
@@ -29,23 +29,6 @@ class IndexConsumer(TableProjector):
         rows = [row_of(r, batch) for r in batch.events()]
         bulk_insert(connection, events, COLUMNS, rows, ignore_conflicts_on=KEY)
         return []
-
-
-COLUMNS = (
-    "event_id",
-    "tenant_id",
-    "conversation_id",
-    "seq",
-    "kind",
-    "source",
-    "parent_id",
-    "text",
-    "timestamp_us",
-    "partition",
-    "offset",
-    "payload",
-)
-"""Column order of `row_of`."""
 
 
 def row_of(record: ConsumedRecord, batch: Batch) -> tuple[Any, ...]:

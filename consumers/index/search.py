@@ -18,25 +18,13 @@ from sqlalchemy.engine import Connection
 
 from consumers._rows import from_micros, micros
 from consumers.errors import QueryInputError
-from consumers.index.tables import events
+from consumers.index.tables import COLUMNS, events
 from projections.index import Cursor, SearchQuery, encode_cursor
 
 MAX_COMBINATIONS = 32
 """Most (kind, source) pairs one search may ask for (each is one index range scan)."""
 
-_COLUMNS = (
-    "event_id",
-    "conversation_id",
-    "seq",
-    "kind",
-    "source",
-    "parent_id",
-    "text",
-    "timestamp_us",
-    "partition",
-    "offset",
-    "payload",
-)
+_COLUMNS = tuple(c for c in COLUMNS if c != "tenant_id")  # a search is within one tenant
 
 
 @dataclass(frozen=True, slots=True)

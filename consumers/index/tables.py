@@ -43,3 +43,19 @@ events = sa.Table(
 
 KEY = ("tenant_id", "conversation_id", "timestamp_us", "seq", "event_id")
 """The unique key: a re-delivered event is skipped on it."""
+
+COLUMNS = (
+    "event_id",
+    "tenant_id",
+    "conversation_id",
+    "seq",
+    "kind",
+    "source",
+    "parent_id",
+    "text",
+    "timestamp_us",
+    "partition",
+    "offset",
+    "payload",
+)
+"""Column order of the positional rows the projector writes (`row_of`)."""

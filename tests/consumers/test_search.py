@@ -13,9 +13,8 @@ from sqlalchemy.engine import Engine
 
 from consumers._rows import from_micros
 from consumers.index import IndexConsumer
-from consumers.index.projector import COLUMNS
 from consumers.index.search import page_query, search
-from consumers.index.tables import events
+from consumers.index.tables import COLUMNS, events
 from consumers.store import bulk_insert, ensure_projections, open_engine
 from projections.index import Cursor, SearchQuery, encode_cursor
 
