@@ -198,14 +198,17 @@ class ApacheKafka:
 
     def _spawn(self, libs: Path, node: Node, *, detached: bool = False) -> None:
         archive = cds_archive(libs)
+        cds = ""
         if archive.exists():
             cds = f"-XX:SharedArchiveFile={archive}"
-        else:
+        elif not detached:  # a detached node outlives us: nobody would promote its archive
             # The first clean exit writes the loaded classes to an archive that later starts map.
             node.cds_dump = archive.with_name(f"{archive.name}.{uuid.uuid4().hex[:8]}.tmp")
             cds = f"-XX:ArchiveClassesAtExit={node.cds_dump}"
         node.pid = spawn(
-            self._java(libs, "kafka.Kafka", str(node.config), cds=(cds,)), node.log, detached=detached
+            self._java(libs, "kafka.Kafka", str(node.config), cds=(cds,) if cds else ()),
+            node.log,
+            detached=detached,
         ).pid
         node.starts += 1
 

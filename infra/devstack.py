@@ -1,17 +1,21 @@
-"""The local dev stack: embedded broker + local S3, in the background or for one command.
+"""The local dev stack: a broker + local S3, in the background or for one command.
 
 `convdb dev up` starts both detached and records how to reach them in `<data_dir>/dev.json`;
-later commands find them there when `CONVDB_BOOTSTRAP_SERVERS` is unset.
+later commands find them there when `CONVDB_BOOTSTRAP_SERVERS` is unset. The broker is the
+embedded Tansu (pip-only, the default) or, with `--broker apache`, one Apache Kafka KRaft node
+on the machine's Java (data under `<data_dir>/kafka`, started fresh by every `dev up`).
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import shutil
 from contextlib import ExitStack
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from infra.apache import ApacheKafka
 from infra.broker import EmbeddedBroker
 from infra.errors import InfraError
 from infra.kafka import apply_topics
@@ -34,6 +38,7 @@ class DevStack:
     s3_pid: int | None = None
     bucket: str = DEFAULT_BUCKET
     persistent: bool = False
+    broker_kind: str = "embedded"
 
     @property
     def alive(self) -> bool:
@@ -42,7 +47,7 @@ class DevStack:
 
     def apply(self, settings: Settings) -> Settings:
         """Settings pointed at this stack (broker, and S3 archive unless one is configured)."""
-        settings = settings.with_broker(self.bootstrap_servers, embedded=True)
+        settings = settings.with_broker(self.bootstrap_servers, embedded=self.broker_kind == "embedded")
         if self.s3_endpoint and not settings.archive_url:
             s3 = S3Settings(
                 endpoint_url=self.s3_endpoint,
@@ -78,8 +83,10 @@ def resolve(settings: Settings) -> Settings:
     return stack.apply(settings).model_copy(update={"dev": dev})
 
 
-def up(settings: Settings, *, persistent: bool = False, with_s3: bool = True) -> DevStack:
-    """Start the embedded broker and local S3 in the background (no-op if already up)."""
+def up(
+    settings: Settings, *, persistent: bool = False, with_s3: bool = True, broker: str = "embedded"
+) -> DevStack:
+    """Start a broker ('embedded' or 'apache') and local S3 in the background (no-op if already up)."""
     current = read_stack(settings)
     if current is not None and current.alive:
         return current
@@ -88,10 +95,31 @@ def up(settings: Settings, *, persistent: bool = False, with_s3: bool = True) ->
     s3 = None
     if with_s3 or persistent:
         s3 = EmbeddedS3(root / "s3").start(detached=True)
+    try:
+        bootstrap, pid = (
+            _start_apache(root) if broker == "apache" else _start_embedded(root, s3 if persistent else None)
+        )
+    except InfraError:
+        if s3 is not None:
+            s3.stop()
+        raise
+    stack = DevStack(
+        bootstrap_servers=bootstrap,
+        broker_pid=pid,
+        s3_endpoint=s3.endpoint_url if s3 else None,
+        s3_pid=s3.proc.pid if s3 and s3.proc else None,
+        persistent=persistent,
+        broker_kind=broker,
+    )
+    stack_file(settings).write_text(json.dumps(asdict(stack), indent=2))
+    apply_topics(stack.apply(settings))
+    return stack
+
+
+def _start_embedded(root: Path, s3: EmbeddedS3 | None) -> tuple[str, int]:
     env = {}
     storage = "memory://tansu/"
-    if persistent:
-        assert s3 is not None
+    if s3 is not None:  # --persistent: Tansu keeps its data on the local S3
         s3_client_bucket(s3, "tansu")
         env = {
             "AWS_ACCESS_KEY_ID": EMBEDDED_S3_KEY,
@@ -103,16 +131,15 @@ def up(settings: Settings, *, persistent: bool = False, with_s3: bool = True) ->
         storage = "s3://tansu/"
     broker = EmbeddedBroker(root / "broker.log", storage=storage, env=env).start(detached=True)
     assert broker.proc is not None
-    stack = DevStack(
-        bootstrap_servers=broker.bootstrap_servers,
-        broker_pid=broker.proc.pid,
-        s3_endpoint=s3.endpoint_url if s3 else None,
-        s3_pid=s3.proc.pid if s3 and s3.proc else None,
-        persistent=persistent,
-    )
-    stack_file(settings).write_text(json.dumps(asdict(stack), indent=2))
-    apply_topics(stack.apply(settings))
-    return stack
+    return broker.bootstrap_servers, broker.proc.pid
+
+
+def _start_apache(root: Path) -> tuple[str, int]:
+    shutil.rmtree(root / "kafka", ignore_errors=True)
+    kafka = ApacheKafka(root / "kafka", size=1).start(detached=True)
+    pid = kafka.nodes[0].pid
+    assert pid is not None
+    return kafka.bootstrap_servers, pid
 
 
 def s3_client_bucket(s3: EmbeddedS3, bucket: str) -> None:

@@ -1,4 +1,4 @@
-"""`convdb dev up|down|status`: the embedded broker and local S3 in the background."""
+"""`convdb dev up|down|status`: a local broker (embedded or Apache Kafka) and S3 in the background."""
 
 from __future__ import annotations
 
@@ -6,18 +6,26 @@ import argparse
 import json
 
 from infra import devstack
+from infra.cli._common import UsageError
 from infra.settings import Settings
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add the `dev` command."""
-    dev = sub.add_parser("dev", help="run the embedded broker and local S3 in the background")
+    dev = sub.add_parser("dev", help="run a local broker and S3 in the background")
     actions = dev.add_subparsers(dest="action", required=True, metavar="ACTION")
     p_up = actions.add_parser("up", help="start them (no-op if running); info in CONVDB_DATA_DIR")
     p_up.add_argument(
         "--persistent", action="store_true", help="keep broker data on the local S3 across restarts"
     )
     p_up.add_argument("--no-s3", action="store_true", help="broker only, no local S3")
+    p_up.add_argument(
+        "--broker",
+        choices=("embedded", "apache"),
+        default="embedded",
+        help="embedded: Tansu from the wheel (default, pip only); apache: Apache Kafka (needs Java 17+, "
+        "Maven on first use)",
+    )
     p_up.set_defaults(func=_up)
     actions.add_parser("down", help="stop them").set_defaults(func=_down)
     actions.add_parser("status", help="show what runs and where").set_defaults(func=_status)
@@ -25,7 +33,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 def _up(args: argparse.Namespace) -> int:
     settings = Settings()
-    stack = devstack.up(settings, persistent=args.persistent, with_s3=not args.no_s3)
+    if args.persistent and args.broker == "apache":
+        raise UsageError("--persistent is for the embedded broker (Apache Kafka keeps its data on disk)")
+    stack = devstack.up(settings, persistent=args.persistent, with_s3=not args.no_s3, broker=args.broker)
     _print_state(settings, stack)
     return 0
 
