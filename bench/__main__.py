@@ -1,7 +1,10 @@
 """`python -m bench`: run the benchmarks, print the table, write bench/RESULTS.md.
 
-Starts the embedded broker unless `CONVDB_BOOTSTRAP_SERVERS` is set. Exit 1 with a message if
-any benchmark fails: a missing figure is never reported as a measured one.
+Starts the embedded broker (`--broker embedded`, the default), an Apache Kafka node
+(`--broker apache`, needs Java) or both (`--broker both`: every benchmark on the embedded broker,
+and the broker-bound ones, publish, sink and e2e, on Apache Kafka too, side by side in the report);
+`CONVDB_BOOTSTRAP_SERVERS` overrides them. Exit 1 with a message if any benchmark fails: a
+missing figure is never reported as a measured one.
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.common import BenchContext, Figures
-from bench.report import markdown, table
+from bench.report import markdown, side_by_side, table
 
 BENCHMARKS: tuple[str, ...] = (
     "publish",
@@ -33,6 +36,9 @@ BENCHMARKS: tuple[str, ...] = (
     "console",
 )
 """Registered benchmarks: each is a module `bench.<name>` with `FIGURES` and `run(ctx) -> Figures`."""
+
+BROKER_BOUND: tuple[str, ...] = ("publish", "sink", "e2e")
+"""Benchmarks whose figures depend on the broker: `--broker both` runs them on each."""
 
 RESULTS = Path(__file__).resolve().parent / "RESULTS.md"
 logger = logging.getLogger("bench")
@@ -48,18 +54,41 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         "--repeats", type=int, default=None, help="runs per figure (default 3 small, 5 large)"
     )
     parser.add_argument("--no-write", action="store_true", help="do not write bench/RESULTS.md")
+    parser.add_argument(
+        "--broker",
+        choices=("embedded", "apache", "both"),
+        default="embedded",
+        help="broker to measure on (default: embedded; apache needs Java; both: side by side)",
+    )
     return parser.parse_args(argv)
 
 
-def start_broker(stack: ExitStack, workdir: Path) -> tuple[str, bool]:
-    """The broker to measure against: CONVDB_BOOTSTRAP_SERVERS, else a fresh embedded one."""
+def start_broker(stack: ExitStack, workdir: Path, kind: str = "embedded") -> tuple[str, bool]:
+    """The broker to measure against: CONVDB_BOOTSTRAP_SERVERS, else a fresh one of this kind."""
     external = os.environ.get("CONVDB_BOOTSTRAP_SERVERS")
     if external:
         return external, False
+    if kind == "apache":
+        from infra.apache import THROUGHPUT_JVM_OPTS, ApacheKafka
+
+        kafka = ApacheKafka(workdir / "kafka", size=1, jvm_opts=THROUGHPUT_JVM_OPTS)
+        return stack.enter_context(kafka).bootstrap_servers, False
     from infra.broker import EmbeddedBroker
 
     broker = stack.enter_context(EmbeddedBroker(workdir / "tansu.log"))
     return broker.bootstrap_servers, True
+
+
+def measure(
+    kind: str, names: tuple[str, ...], size: str, repeats: int, workdir: Path
+) -> tuple[Figures, dict[str, Any], list[str]]:
+    """Run benchmarks on a fresh broker of this kind (stopped afterwards)."""
+    from infra.settings import Settings
+
+    with ExitStack() as stack:
+        bootstrap, embedded = start_broker(stack, workdir / kind, kind)
+        settings = Settings(_env_file=None).with_broker(bootstrap, embedded=embedded)  # type: ignore[call-arg]
+        return run_all(BenchContext(settings, size, repeats, workdir / kind), names)
 
 
 def run_all(ctx: BenchContext, names: tuple[str, ...]) -> tuple[Figures, dict[str, Any], list[str]]:
@@ -83,28 +112,32 @@ def main(argv: list[str] | None = None) -> int:
     args = parse(argv)
     os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
-    from infra.settings import Settings
 
     names = tuple(args.only) if args.only else BENCHMARKS
     repeats = args.repeats or (5 if args.size == "large" else 3)
     started = time.monotonic()
-    with ExitStack() as stack, tempfile.TemporaryDirectory(prefix="convdb-bench-") as tmp:
-        workdir = Path(tmp)
+    first = "apache" if args.broker == "apache" else "embedded"
+    compared: dict[str, Figures] = {}
+    with tempfile.TemporaryDirectory(prefix="convdb-bench-") as tmp:
         try:
-            bootstrap, embedded = start_broker(stack, workdir)
-            settings = Settings(_env_file=None).with_broker(bootstrap, embedded=embedded)  # type: ignore[call-arg]
-            ctx = BenchContext(settings, args.size, repeats, workdir)
-            figures, meta, notes = run_all(ctx, names)
+            figures, meta, notes = measure(first, names, args.size, repeats, Path(tmp))
+            if args.broker == "both":
+                bound = tuple(n for n in names if n in BROKER_BOUND)
+                apache, _, apache_notes = measure("apache", bound, args.size, repeats, Path(tmp))
+                compared = {"embedded": figures, "apache": apache}
+                notes += [f"apache: {n}" for n in apache_notes]
         except Exception as exc:  # noqa: BLE001 - any failure is a failed bench run, reported as such
             logger.debug("bench failed", exc_info=True)
             print(f"bench: FAILED: {type(exc).__name__}: {exc}", file=sys.stderr)
             return 1
     notes.append(f"total wall time {time.monotonic() - started:.0f} s")
     print(table(figures, meta))
+    if compared:
+        print(side_by_side(compared, meta))
     for note in notes:
         print(f"bench: note: {note}", file=sys.stderr)
     if not args.no_write:
-        RESULTS.write_text(markdown(figures, meta, args.size, repeats, notes))
+        RESULTS.write_text(markdown(figures, meta, args.size, repeats, notes, first, compared))
         print(f"bench: wrote {RESULTS}", file=sys.stderr)
     if args.json:
         print(json.dumps(figures, sort_keys=True))

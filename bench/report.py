@@ -80,21 +80,61 @@ def table(figures: Figures, meta: dict[str, tuple[str, str, str]]) -> str:
     return "\n".join(lines)
 
 
+def side_by_side(by_broker: dict[str, Figures], meta: dict[str, tuple[str, str, str]]) -> str:
+    """A Markdown table of the figures measured on every broker: key, what, one column per broker."""
+    brokers = list(by_broker)
+    keys = [k for k in by_broker[brokers[-1]] if all(k in f for f in by_broker.values())]
+    lines = [
+        "| key | what | " + " | ".join(brokers) + " | unit |",
+        "|---|---|" + "---:|" * len(brokers) + "---|",
+    ]
+    for key in keys:
+        what, unit, _ = meta.get(key, (key, "", ""))
+        values = " | ".join(fmt(by_broker[b][key]) for b in brokers)
+        lines.append(f"| `{key}` | {what} | {values} | {unit} |")
+    return "\n".join(lines)
+
+
 def markdown(
-    figures: Figures, meta: dict[str, tuple[str, str, str]], size: str, repeats: int, notes: list[str]
+    figures: Figures,
+    meta: dict[str, tuple[str, str, str]],
+    size: str,
+    repeats: int,
+    notes: list[str],
+    broker: str = "embedded",
+    compared: dict[str, Figures] | None = None,
 ) -> str:
     """The whole RESULTS.md text."""
     info = machine()
+    flag = "both" if compared else broker
     head = [
         "# convdb benchmark results",
         "",
-        f"Written by `python -m bench --size {size}`; every figure is the median of {repeats} runs,",
-        "and each ceiling was measured in the same run on the same broker.",
+        f"Written by `python -m bench --size {size} --broker {flag}`; every figure is the median of "
+        f"{repeats} runs,",
+        "and each ceiling was measured in the same run on the same broker. The main table is on the",
+        f"{broker} broker" + (f" (Apache Kafka {_kafka_version()})." if broker == "apache" else "."),
         "",
         *[f"- {k}: {v}" for k, v in info.items()],
         "",
         table(figures, meta),
     ]
+    if compared:
+        head += [
+            "",
+            f"## Embedded broker and Apache Kafka {_kafka_version()}, side by side",
+            "",
+            "Same client settings, same machine, one run after the other; Apache Kafka is one KRaft node",
+            "with its default JVM settings (full JIT, G1) and replication factor 1.",
+            "",
+            side_by_side(compared, meta),
+        ]
     if notes:
         head += ["", "Notes:", "", *[f"- {n}" for n in notes]]
     return "\n".join(head) + "\n"
+
+
+def _kafka_version() -> str:
+    from infra.kafka_jars import KAFKA_VERSION
+
+    return KAFKA_VERSION

@@ -84,3 +84,31 @@ def test_the_file_log_baseline_loads_and_searches_what_was_written(tmp_path: Pat
     page = search_log(root, ("observation",), limit=5)
     wanted = sorted((e for e in events if e.kind == "observation"), key=lambda e: e.timestamp)[:5]
     assert [r["id"] for r in page] == [e.id for e in wanted]
+
+
+@pytest.mark.kafka
+def test_publish_bench_runs_on_both_brokers_side_by_side() -> None:
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "bench",
+            "--only",
+            "publish",
+            "--broker",
+            "both",
+            "--repeats",
+            "1",
+            "--no-write",
+        ],
+        cwd=ROOT,
+        env={**os.environ, "LITELLM_LOCAL_MODEL_COST_MAP": "True"},
+        capture_output=True,
+        text=True,
+        timeout=400,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    header = "| key | what | embedded | apache | unit |"
+    assert header in proc.stdout, proc.stdout
+    side = proc.stdout[proc.stdout.index(header) :]
+    assert "| `publish_events_per_s` |" in side and "| `publish_ratio` |" in side
