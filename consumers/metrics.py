@@ -50,6 +50,10 @@ class ConsumerMetrics:
             labels,
             registry=self.registry,
         )
+        # Series exist from the start (at 0), so "no poison yet" is not "no data".
+        self.events.labels(consumer)
+        self.dead_letters.labels(consumer)
+        self.rate.labels(consumer).set(0)
         self.last_progress = time.monotonic()
         self.healthy = True
         self._window: list[tuple[float, int]] = []

@@ -245,6 +245,20 @@ def _staged_insert(
     conn.exec_driver_sql(f"DELETE FROM {quote(stage)}")
 
 
+SCHEMA_LOCK = 0x636F6E76  # "conv": one PostgreSQL advisory lock id for every schema change
+
+
+def lock_schema(conn: Connection) -> None:
+    """Serialize table creation between processes for the rest of this transaction.
+
+    Services starting together (a deployment) create the same tables at once; on PostgreSQL
+    two concurrent CREATE TABLEs of one name fail (pg_type unique violation) instead of one
+    waiting. SQLite's writer transactions are serialized already.
+    """
+    if conn.dialect.name == "postgresql":
+        conn.execute(sa.text("SELECT pg_advisory_xact_lock(:key)"), {"key": SCHEMA_LOCK})
+
+
 def ensure_projections(engine: Engine, projectors: Iterable[Projector]) -> list[str]:
     """Create missing tables; rebuild (drop, create, forget offsets) projectors whose version changed.
 
@@ -253,6 +267,7 @@ def ensure_projections(engine: Engine, projectors: Iterable[Projector]) -> list[
     rebuilt = []
     try:
         with engine.begin() as conn:
+            lock_schema(conn)
             metadata.create_all(conn)
             stored = dict(conn.execute(sa.select(projections.c.name, projections.c.version)).all())
             for projector in projectors:

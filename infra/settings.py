@@ -259,12 +259,15 @@ class Settings(BaseSettings):
         """Whether sample credentials are acceptable (see `dev`)."""
         return self.dev if self.dev is not None else self.kafka.embedded
 
-    def sample_credentials(self) -> list[str]:
+    def sample_credentials(self, *, serving_api: bool = True) -> list[str]:
         """The settings that hold a credential published in this repository (see SAMPLE_CREDENTIALS).
 
         Names only, never the secret values (the API key itself is public: it is a sample).
+        `serving_api=False`: a process that does not serve the API ignores the API's default keys
+        (nobody chose them for it); keys it was given are still checked.
         """
-        found = [f"CONVDB_API__KEYS ({key!r})" for key in self.api.keys if key in SAMPLE_CREDENTIALS]
+        keys = self.api.keys if serving_api or "keys" in self.api.model_fields_set else {}
+        found = [f"CONVDB_API__KEYS ({key!r})" for key in keys if key in SAMPLE_CREDENTIALS]
         found += [
             f"CONVDB_API__RECEIPT_SECRETS ({name!r})"
             for name, secret in self.api.receipt_secrets.items()

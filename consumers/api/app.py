@@ -18,7 +18,7 @@ from fastapi.responses import JSONResponse
 from consumers.api import observe
 from consumers.api.deps import ApiContext
 from consumers.errors import QueryInputError
-from consumers.store import open_engine
+from consumers.store import lock_schema, open_engine
 from infra.errors import PublishError
 from infra.settings import Settings
 from projections.errors import QueryError
@@ -81,6 +81,7 @@ def _ensure_tables(url: str) -> None:
     engine = open_engine(url)
     try:
         with engine.begin() as conn:
+            lock_schema(conn)  # a consumer starting at the same moment creates the same tables
             for metadata in (views_tables, index_tables, stats_tables, titles_tables, effects_tables):
                 metadata.create_all(conn)
     finally:

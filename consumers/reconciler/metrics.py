@@ -4,10 +4,13 @@ from __future__ import annotations
 
 from collections import Counter as Tally
 from collections.abc import Iterable
+from typing import get_args
 
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
 from projections.operation import OperationState, OperationStatus
+from projections.settlement import LookupResult
+from schemas.records import LEDGER_TYPES
 
 
 class ReconcilerMetrics:
@@ -37,6 +40,13 @@ class ReconcilerMetrics:
         self.dead_letters = Counter(
             "convdb_reconciler_dlq", "Poison records sent to the DLQ", registry=self.registry
         )
+        # Every series exists from the start (at 0), so a dashboard shows "none yet", not "no data".
+        for record_type in LEDGER_TYPES:
+            self.resolved.labels(record_type.model_fields["kind"].default)
+        for status in OperationStatus:
+            self.operations.labels(status.value).set(0)
+        for outcome in get_args(LookupResult.model_fields["outcome"].annotation):
+            self.lookups.labels(outcome)
 
     def observe_table(self, states: Iterable[OperationState]) -> None:
         """Set the status gauges from the table (called every tick)."""

@@ -29,9 +29,9 @@ def require_broker(settings: Settings) -> Settings:
     return settings
 
 
-def refuse_sample_credentials(settings: Settings) -> None:
+def refuse_sample_credentials(settings: Settings, *, serving_api: bool = True) -> None:
     """Stop a service that would accept a credential published with convdb, unless in dev mode."""
-    found = settings.sample_credentials()
+    found = settings.sample_credentials(serving_api=serving_api)
     if found and not settings.dev_mode:
         raise UsageError(
             f"refusing to start: {', '.join(found)} is a sample credential published with convdb; "

@@ -30,7 +30,7 @@ def _init(_: argparse.Namespace) -> int:
     from consumers.reconciler import CHANGELOG  # imports faust: only this command needs it
 
     settings = require_broker(load_settings())
-    refuse_sample_credentials(settings)
+    refuse_sample_credentials(settings, serving_api=False)
     for name, state in apply_topics(settings, (*ALL_TOPICS, CHANGELOG)).items():
         print(f"topic {name}\t{state}", flush=True)
     if settings.archive_url:

@@ -79,7 +79,10 @@ def main(argv: list[str] | None = None) -> int:
     service = service_name(args)
     configure_logging(ops, service=service is not None, verbose=args.verbose)
     if service is not None:
-        setup_tracing(service, llm=service == "runner")
+        try:
+            setup_tracing(service, llm=service == "runner")
+        except (RuntimeError, ValueError) as exc:  # the SDK's words for a bad OTEL_* setting
+            parser.exit(2, f"convdb: error: bad OpenTelemetry configuration (OTEL_*): {exc}\n")
     try:
         return int(args.func(args) or 0)
     except UsageError as exc:

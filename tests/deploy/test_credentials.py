@@ -50,6 +50,11 @@ def test_sample_credentials_are_named_never_shown() -> None:
     assert not any(secret in " ".join(found) for secret in SAMPLE_CREDENTIALS - {"dev-key"})
     real = Settings(_env_file=None, api={"keys": {"k-real-0123": "acme"}})  # type: ignore[call-arg]
     assert real.sample_credentials() == []
+    # The default key matters only where the API is served; a key given explicitly, everywhere.
+    default = Settings(_env_file=None)  # type: ignore[call-arg]
+    assert default.sample_credentials(serving_api=False) == []
+    given = Settings(_env_file=None, api={"keys": {"dev-key": "x"}})  # type: ignore[call-arg]
+    assert given.sample_credentials(serving_api=False) == ["CONVDB_API__KEYS ('dev-key')"]
 
 
 def test_serve_refuses_the_default_key_outside_dev_mode(tmp_path: Path) -> None:
