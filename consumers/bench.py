@@ -1,7 +1,8 @@
 """Sink throughput measurement: how many events/s one runner process applies exactly-once.
 
 Reusable by `bench/`: `fill_topic` writes pre-encoded events fast, `measure_sink` times a
-runner from its first batch until every event is in the store.
+runner from its partition assignment until every event is in the store (the same clock as
+the consume ceilings in `bench/sink.py`, so their ratio compares like with like).
 """
 
 from __future__ import annotations
@@ -62,7 +63,7 @@ def measure_sink(
     timeout: float = 300.0,
     batch_size: int = 5000,
 ) -> SinkResult:
-    """Run a runner over a filled topic and time it from its first batch until `expected` events."""
+    """Run a runner over a filled topic; time it from its partition assignment until `expected` events."""
     runner = Runner(settings, projectors, name="bench", batch_size=batch_size)
     thread = threading.Thread(target=runner.run, name="bench-runner", daemon=True)
     thread.start()
@@ -72,22 +73,20 @@ def measure_sink(
     def applied() -> float:
         return runner.metrics.registry.get_sample_value("convdb_consumer_events_total", labels) or 0.0
 
-    first = None
     try:
-        while time.monotonic() < deadline:
-            done = applied()
-            if first is None and done > 0:
-                first = (time.monotonic(), done)
-            if done >= expected:
-                break
-            time.sleep(0.01)
-        else:
-            raise TimeoutError(f"only {applied()} of {expected} events in {timeout}s")
-        elapsed = time.monotonic() - first[0] if first else 0.0
-        counted = expected - (first[1] if first else 0)
+        while applied() < expected:
+            if time.monotonic() > deadline or not thread.is_alive():
+                raise TimeoutError(f"only {applied()} of {expected} events in {timeout}s")
+            time.sleep(0.002)
+        finished = time.perf_counter()
     finally:
         runner.stop()
         thread.join(60)
+    if runner.assigned_at is None:
+        raise TimeoutError("the runner applied events without an assignment")
     return SinkResult(
-        counted, elapsed, runner.engine.url.get_backend_name(), tuple(p.name for p in projectors)
+        expected,
+        finished - runner.assigned_at,
+        runner.engine.url.get_backend_name(),
+        tuple(p.name for p in projectors),
     )

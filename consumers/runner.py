@@ -82,6 +82,8 @@ class Runner:
         self._stop = threading.Event()
         self._consumer: Consumer | None = None
         self._assigned: list[TopicPartition] = []
+        self.assigned_at: float | None = None
+        """`time.perf_counter()` of the first partition assignment (benchmarks clock from it)."""
         self._dead = DeadLetters(settings, self.name)
 
     @property
@@ -232,6 +234,8 @@ class Runner:
         )
         consumer.assign(partitions)
         self._assigned = list(partitions)
+        if self.assigned_at is None:
+            self.assigned_at = time.perf_counter()
 
     def _on_revoke(self, _consumer: Consumer, partitions: list[TopicPartition]) -> None:
         logger.info("runner %s revoked %s", self.name, [(tp.topic, tp.partition) for tp in partitions])
