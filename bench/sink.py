@@ -21,7 +21,7 @@ from urllib.parse import quote
 from confluent_kafka import OFFSET_BEGINNING, TopicPartition
 
 from bench.common import BenchContext, BenchError, Figures, conversation, drop_namespace, median, rate
-from consumers._gc import gc_paused
+from consumers._gc import batch_done, batch_loop
 from consumers.base import Projector
 from consumers.bench import fill_topic, measure_sink
 from consumers.errors import PluginError
@@ -147,8 +147,8 @@ def consume_rate(
 ) -> float:
     """Events/s reading the events topic from assignment to the last record; with `codec`, decoding each.
 
-    The consumer has the runner's settings (`make_consumer`) and batch size, so the only
-    difference from the sink is what the sink does beyond consuming and decoding.
+    The consumer has the runner's settings (`make_consumer`), batch size and garbage-collection
+    pacing, so the only difference from the sink is what it does beyond consuming and decoding.
     """
     topic = EVENTS.name(settings.namespace)
     consumer = make_consumer(settings, f"{settings.namespace}.ceiling-{uuid.uuid4().hex[:8]}")
@@ -158,16 +158,19 @@ def consume_rate(
         seen, deadline = 0, time.monotonic() + timeout
         started = time.perf_counter()
         consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in parts])
-        while seen < expected:
-            if time.monotonic() > deadline:
-                raise BenchError(f"consumer saw {seen} of {expected} events in {timeout}s")
-            messages = [m for m in consumer.consume(batch, 0.05) if m.error() is None]
-            if codec is not None:
-                with gc_paused():
+        with batch_loop():  # the runner's garbage-collection pacing
+            while seen < expected:
+                if time.monotonic() > deadline:
+                    raise BenchError(f"consumer saw {seen} of {expected} events in {timeout}s")
+                messages = [m for m in consumer.consume(batch, 0.05) if m.error() is None]
+                if codec is not None:
                     decoded = [codec.decode(m.value(), expect=expect) for m in messages]
-                if len(decoded) != len(messages):
-                    raise BenchError("decode lost records")
-            seen += len(messages)
+                    if len(decoded) != len(messages):
+                        raise BenchError("decode lost records")
+                    del decoded
+                seen += len(messages)
+                del messages
+                batch_done()
         return rate(seen, time.perf_counter() - started)
     finally:
         consumer.close()

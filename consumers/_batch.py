@@ -6,6 +6,7 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import overload
 
+from consumers._rows import payload_of
 from schemas import AvroModel, EventEnvelope
 from schemas.events import EVENT_TYPES
 
@@ -22,6 +23,9 @@ class ConsumedRecord:
     timestamp_ms: int
     key: str
     value: AvroModel
+    data: bytes | None = None
+    """The record's Avro single-object encoding when the reader had it (payload columns store
+    it as is); None when it must be encoded (another framing, or a record built in memory)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,17 +44,22 @@ class Batch(Sequence[ConsumedRecord]):
     """Records in log order, plus the per-batch work several projectors need, done once.
 
     The runner hands one `Batch` to every projector it hosts, so grouping by conversation and
-    the events' JSON text are computed once per batch (not per projector, and not through
-    module-level memos). A batch derived from it (`without`, `keep`) shares the JSON text.
+    the payloads of records that came without their bytes are computed once per batch (not
+    per projector, and not through module-level memos). A batch derived from it (`without`,
+    `keep`) shares the payloads.
     """
 
-    __slots__ = ("records", "_events", "_groups", "_json")
+    __slots__ = ("records", "_events", "_groups", "_payloads")
 
-    def __init__(self, records: Sequence[ConsumedRecord], _json: dict[int, str] | None = None) -> None:
+    def __init__(
+        self, records: Sequence[ConsumedRecord], _payloads: dict[int, bytes] | None = None
+    ) -> None:
         self.records = records
-        self._events: Batch | None = None
+        self._events: Batch | bool | None = None
+        """The events-only batch; True when that is this batch (a reference to itself would make
+        a cycle, which only the cyclic collector frees: every batch's records would outlive it)."""
         self._groups: dict[str, list[ConsumedRecord]] | None = None
-        self._json: dict[int, str] = {} if _json is None else _json
+        self._payloads: dict[int, bytes] = {} if _payloads is None else _payloads
 
     @classmethod
     def of(cls, records: Sequence[ConsumedRecord]) -> Batch:
@@ -72,6 +81,8 @@ class Batch(Sequence[ConsumedRecord]):
 
     def events(self) -> Batch:
         """The records holding conversation events (the events topic); `self` when all do."""
+        if self._events is True:
+            return self
         if self._events is None:
             # An exact-class set lookup first: isinstance on pydantic models goes through ABCMeta (slow).
             kept = [
@@ -79,8 +90,11 @@ class Batch(Sequence[ConsumedRecord]):
                 for r in self.records
                 if r.value.__class__ in _EVENT_CLASSES or isinstance(r.value, EventEnvelope)
             ]
-            self._events = self if len(kept) == len(self.records) else self.keep(kept)
-        return self._events
+            if len(kept) == len(self.records):
+                self._events = True
+                return self
+            self._events = self.keep(kept)
+        return self._events  # type: ignore[return-value]
 
     def by_conversation(self) -> Mapping[str, list[ConsumedRecord]]:
         """Event records grouped by conversation, in log order within each (do not mutate)."""
@@ -96,18 +110,18 @@ class Batch(Sequence[ConsumedRecord]):
             self._groups = groups
         return self._groups
 
-    def event_json(self, event: EventEnvelope) -> str:
-        """An event as the JSON text payload columns store (`model_dump_json()`), once per batch."""
-        text = self._json.get(id(event))
-        if text is None:
-            # What `model_dump_json()` returns, without its keyword plumbing (~0.7 µs an event).
-            text = event.__pydantic_serializer__.to_json(event).decode()
-            self._json[id(event)] = text
-        return text
+    def payload(self, record: ConsumedRecord) -> bytes:
+        """The record as payload columns store it: its single-object Avro bytes (encoded once if needed)."""
+        data = record.data
+        if data is None:
+            data = self._payloads.get(id(record.value))
+            if data is None:
+                data = self._payloads[id(record.value)] = payload_of(record.value)
+        return data
 
     def keep(self, records: Sequence[ConsumedRecord]) -> Batch:
         """A batch of some of these records (sharing the per-batch work that does not depend on which)."""
-        return Batch(records, self._json)
+        return Batch(records, self._payloads)
 
     def without(self, rejected: Iterable[Rejection]) -> Batch:
         """This batch minus the rejected records; `self` when nothing is removed."""

@@ -3,9 +3,11 @@
 Loop: `consume()` a batch, decode every record once (poison -> DLQ), then in one store
 transaction lock the batch's offset rows, hand each projector the records at or after its
 stored offset, send the records a projector refused to the DLQ, write the new offsets, wait
-until the DLQ writes are durable, and commit. On
-partition assignment the runner seeks to the stored offsets (the store is the source of
-truth; Kafka commits are only a courtesy for lag tools). A crash anywhere therefore either
+until the DLQ writes are durable, and commit. The store side runs in a thread of its own
+(`consumers._pipeline`), in batch order, while the next batch is consumed and decoded. On
+partition assignment (after the batch in flight has committed) the runner seeks to the
+stored offsets (the store is the source of truth; Kafka commits are only a courtesy for lag
+tools). A crash anywhere therefore either
 loses the whole batch (replayed after restart) or commits all of it: each record affects the
 store exactly once, across crashes and rebalances.
 
@@ -21,13 +23,15 @@ import logging
 import threading
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Message, TopicPartition
 from sqlalchemy.engine import Engine
 from sqlalchemy.exc import DBAPIError
 
 from consumers._apply import apply_batch
-from consumers._gc import gc_paused
+from consumers._gc import batch_done, batch_loop
+from consumers._pipeline import StorePipeline
 from consumers.base import Batch, ConsumedRecord, Projector
 from consumers.dlq import DeadLetters
 from consumers.errors import ConsumerError, StoreError
@@ -37,13 +41,27 @@ from consumers.store import stored_offsets as read_stored_offsets
 from infra import tracing
 from infra.kafka import make_consumer
 from infra.settings import Settings
-from schemas import Codec, make_codec
+from schemas import Codec, SingleObjectCodec, make_codec
 from schemas.errors import NotAvroError, SchemaError
 from schemas.topics import Topic
 
 logger = logging.getLogger(__name__)
 
 Poison = tuple[Message, BaseException]
+
+
+_Written = tuple[dict[tuple[str, int], int], int]
+"""A written batch: its next offset per topic-partition, and how many records it applied."""
+
+
+@dataclass(frozen=True, slots=True)
+class _Decoded:
+    """A consumed batch, decoded: what the store side writes."""
+
+    started: float
+    records: list[ConsumedRecord]
+    raw: dict[tuple[str, int, int], Message]
+    poison: list[Poison]
 
 
 class Runner:
@@ -85,6 +103,7 @@ class Runner:
         self.assigned_at: float | None = None
         """`time.perf_counter()` of the first partition assignment (benchmarks clock from it)."""
         self._dead = DeadLetters(settings, self.name)
+        self._pipeline: StorePipeline[_Decoded, _Written] | None = None
 
     @property
     def assignment(self) -> list[tuple[str, int]]:
@@ -100,42 +119,59 @@ class Runner:
         ensure_projections(self.engine, self.projectors)
         consumer = make_consumer(self.settings, self.settings.group(self.name))
         self._consumer = consumer
+        # Batch N is written and committed in this thread while batch N+1 is consumed and decoded.
+        pipeline = StorePipeline(self._write, f"convdb-{self.name}-store", after=batch_done)
+        self._pipeline = pipeline
         consumer.subscribe(
             sorted(self.topics), on_assign=self._on_assign, on_revoke=self._on_revoke, on_lost=self._on_revoke
         )
-        last_lag = 0.0
         try:
-            while not self._stop.is_set():
-                messages = consumer.consume(self.batch_size, self.poll_timeout)
-                if messages:
-                    self.process(messages)
-                if messages or time.monotonic() - last_lag > 1.0:
-                    caught_up = self._update_lag(consumer)
-                    last_lag = time.monotonic()
-                    self._after_commit(caught_up)
-                self.metrics.last_progress = time.monotonic()
+            with batch_loop():
+                self._loop(consumer, pipeline)
         finally:
+            pipeline.close()
             self.metrics.healthy = False
             self._dead.close()
             consumer.close()
             logger.info("runner %s stopped", self.name)
 
-    def process(self, messages: Sequence[Message]) -> int:
-        """Decode, apply and commit one batch; returns how many records were applied."""
-        # Each traced record gets a span (child of its producer's) covering its batch transaction.
-        with gc_paused(), tracing.record_spans(f"consumer {self.name}", messages):
-            return self._process(messages)
+    def _loop(self, consumer: Consumer, pipeline: StorePipeline[_Decoded, _Written]) -> None:
+        last_lag, unreported = 0.0, False
+        while not self._stop.is_set():
+            messages = consumer.consume(self.batch_size, self.poll_timeout)
+            if messages:
+                pipeline.submit(self._decoded(messages))
+                unreported = True
+            self._commit_kafka(pipeline.finished())
+            if (not messages and unreported) or time.monotonic() - last_lag > 1.0:
+                # Lag and after-commit effects see committed batches only.
+                self._commit_kafka(pipeline.drain())
+                caught_up = self._update_lag(consumer)
+                last_lag, unreported = time.monotonic(), False
+                self._after_commit(caught_up)
+            self.metrics.last_progress = time.monotonic()
+        self._commit_kafka(pipeline.drain())
 
-    def _process(self, messages: Sequence[Message]) -> int:
-        started = time.monotonic()
-        records, raw, poison = self._decode(messages)
-        for msg, error in poison:
-            self._dead.send(msg, error)
-        ends = _batch_ends(raw)
-        applied = self._commit_with_retries(records, raw, ends, poison)
-        self.metrics.batch_done(applied, len(poison), time.monotonic() - started)
-        self._commit_kafka(ends)
+    def process(self, messages: Sequence[Message]) -> int:
+        """Decode, apply and commit one batch in this thread; returns how many records were applied."""
+        with batch_loop():
+            ends, applied = self._write(self._decoded(messages))
+        self._commit_kafka([(ends, applied)])
         return applied
+
+    def _decoded(self, messages: Sequence[Message]) -> _Decoded:
+        return _Decoded(time.monotonic(), *self._decode(messages))
+
+    def _write(self, batch: _Decoded) -> _Written:
+        """Dead-letter the poison, then apply and commit the batch; (its ends, records applied)."""
+        # Each traced record gets a span (child of its producer's) covering its batch transaction.
+        with tracing.record_spans(f"consumer {self.name}", list(batch.raw.values())):
+            for msg, error in batch.poison:
+                self._dead.send(msg, error)
+            ends = _batch_ends(batch.raw)
+            applied = self._commit_with_retries(batch.records, batch.raw, ends, batch.poison)
+        self.metrics.batch_done(applied, len(batch.poison), time.monotonic() - batch.started)
+        return ends, applied
 
     def _decode(
         self, messages: Sequence[Message]
@@ -144,6 +180,7 @@ class Runner:
         raw: dict[tuple[str, int, int], Message] = {}
         poison: list[Poison] = []
         decode = self.codec.decode
+        keep_bytes = isinstance(self.codec, SingleObjectCodec)  # else payloads are re-encoded
         expected = {name: topic.value_types for name, topic in self.topics.items()}
         for msg in messages:
             err = msg.error()
@@ -169,6 +206,7 @@ class Runner:
                     msg.timestamp()[1],
                     key.decode(errors="replace") if key else "",
                     decoded,
+                    value if keep_bytes else None,
                 )
             )
         return records, raw, poison
@@ -208,8 +246,12 @@ class Runner:
                 time.sleep(delay)
                 delay = min(delay * 2, 5.0)
 
-    def _commit_kafka(self, ends: dict[tuple[str, int], int]) -> None:
+    def _commit_kafka(self, written: list[_Written]) -> None:
         # A courtesy for `kafka-consumer-groups`-style lag tools; positions come from the store.
+        ends: dict[tuple[str, int], int] = {}
+        for batch_ends, _applied in written:
+            for tp, end in batch_ends.items():
+                ends[tp] = max(ends.get(tp, 0), end)
         if self._consumer is None or not ends:
             return
         try:
@@ -219,7 +261,13 @@ class Runner:
         except KafkaException as exc:
             logger.debug("kafka commit skipped: %s", exc)
 
+    def _drain(self) -> None:
+        """Let the batch being written commit (a rebalance must see its offsets stored)."""
+        if self._pipeline is not None:
+            self._commit_kafka(self._pipeline.drain())
+
     def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        self._drain()
         wanted = [(tp.topic, tp.partition) for tp in partitions]
         names = [p.name for p in self.projectors]
         with self.engine.connect() as conn:
@@ -238,6 +286,7 @@ class Runner:
             self.assigned_at = time.perf_counter()
 
     def _on_revoke(self, _consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        self._drain()
         logger.info("runner %s revoked %s", self.name, [(tp.topic, tp.partition) for tp in partitions])
         for tp in partitions:
             self.metrics.forget_partition(tp.topic, tp.partition)

@@ -10,7 +10,7 @@ import sqlalchemy as sa
 from fastapi import APIRouter, HTTPException, Query
 from sqlalchemy.engine import Connection
 
-from consumers._rows import micros
+from consumers._rows import micros, payload_json
 from consumers.api.deps import Conn, Tenant
 from consumers.errors import QueryInputError
 from consumers.stats import conversations as stats_table
@@ -233,7 +233,7 @@ def branch_events(
     ranges = sa.or_(*(e.position.between(first, last) for first, last in _runs(positions)))
     query = sa.select(e.position, e.payload).where(e.conversation_id == conversation_id, ranges)
     payloads = dict(conn.execute(query).all())
-    return [json.loads(payloads[p]) for p in positions]
+    return [json.loads(payload_json(payloads[p])) for p in positions]
 
 
 def _runs(positions: list[int]) -> list[tuple[int, int]]:

@@ -18,7 +18,7 @@ from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import SQLAlchemyError
 
 from consumers._apply import apply_batch
-from consumers._gc import gc_paused
+from consumers._gc import batch_done, batch_loop
 from consumers.archive.container import RawRecord
 from consumers.archive.errors import StoreUrlError
 from consumers.archive.reader import ArchiveReader
@@ -27,7 +27,7 @@ from consumers.base import Batch, ConsumedRecord, Projector
 from consumers.errors import StoreError
 from consumers.store import metadata, offsets, open_engine, projections, upsert
 from infra.settings import Settings
-from schemas import Codec
+from schemas import Codec, SingleObjectCodec
 from schemas.errors import SchemaError
 from schemas.topics import Topic
 
@@ -101,17 +101,19 @@ def replay(
     with engine.begin() as conn:
         _reset(conn, projector)
     topics = {t.name(settings.namespace): t for t in projector.topics}
-    for topic, segs in segments.items():
-        covered = _Coverage(segs)
-        raw = covered.track(read_segments(settings, reader, segs, window))
-        done = False
-        while not done:
-            with gc_paused():  # as the live runner: one collection pass per batch, not dozens
+    with batch_loop():  # as the live runner: collection paced by batches
+        for topic, segs in segments.items():
+            covered = _Coverage(segs)
+            raw = covered.track(read_segments(settings, reader, segs, window))
+            done = False
+            while not done:
                 batch, done = _next_batch(raw, topics[topic], codec, window, result, batch_size)
                 if batch:
                     _apply(engine, projector, settings.namespace, batch, result)
-            if progress is not None:
-                progress(covered.advance(finished=done))
+                del batch
+                batch_done()
+                if progress is not None:
+                    progress(covered.advance(finished=done))
     result.seconds = time.monotonic() - started
     return result
 
@@ -175,7 +177,10 @@ def _decode(
     if stamp is not None and not window.keeps(stamp):
         result.outside_window += 1
         return None
-    return ConsumedRecord(rec.topic, rec.partition, rec.offset, rec.timestamp_ms, rec.conversation_id, value)
+    data = rec.value if isinstance(codec, SingleObjectCodec) else None
+    return ConsumedRecord(
+        rec.topic, rec.partition, rec.offset, rec.timestamp_ms, rec.conversation_id, value, data
+    )
 
 
 def _apply(

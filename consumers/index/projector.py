@@ -11,15 +11,13 @@ from consumers._rows import micros
 from consumers.base import Batch, ConsumedRecord, DigestOf, Rejection, TableProjector
 from consumers.index.tables import COLUMNS, KEY, events, metadata
 from consumers.store import bulk_insert
-from projections._text import shorten
-from projections.index import TEXT_LIMIT, describe
 
 
 class IndexConsumer(TableProjector):
     """Projector `index`: one row per event id; a re-delivered event id is ignored."""
 
     name = "index"
-    version = 3
+    version = 4
     metadata = metadata
     digest_of = (DigestOf(events, ("event_id",), ("seq", "event_id")),)
 
@@ -34,8 +32,8 @@ class IndexConsumer(TableProjector):
 def row_of(record: ConsumedRecord, batch: Batch) -> tuple[Any, ...]:
     """The row of one event record, in `COLUMNS` order.
 
-    The columns are those of `projections.index.index_row`; the payload is the batch's JSON
-    text instead of `index_row`'s dict, which the views projector has already serialized.
+    The columns are those of `projections.index.index_row` but its text, which a search
+    derives from the payload; the payload is the record's Avro bytes, as they arrived.
     """
     e: Any = record.value
     return (
@@ -46,9 +44,8 @@ def row_of(record: ConsumedRecord, batch: Batch) -> tuple[Any, ...]:
         e.kind,
         e.source,
         e.parent_id,
-        shorten(describe(e), TEXT_LIMIT),
         micros(e.timestamp),
         record.partition,
         record.offset,
-        batch.event_json(e),
+        batch.payload(record),
     )

@@ -16,10 +16,11 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
-from consumers._rows import from_micros, micros
+from consumers._rows import event_from_payload, from_micros, micros
 from consumers.errors import QueryInputError
 from consumers.index.tables import COLUMNS, events
-from projections.index import Cursor, SearchQuery, encode_cursor
+from projections._text import shorten
+from projections.index import TEXT_LIMIT, Cursor, SearchQuery, describe, encode_cursor
 
 MAX_COMBINATIONS = 32
 """Most (kind, source) pairs one search may ask for (each is one index range scan)."""
@@ -64,6 +65,14 @@ def page_query(
     return stmt.order_by(*order).limit(query.limit + 1)
 
 
+def _with_text(row: dict[str, Any]) -> dict[str, Any]:
+    """A page row as search returns it: the display text, and the payload as the event's JSON text."""
+    event = event_from_payload(row["payload"])
+    row["text"] = shorten(describe(event), TEXT_LIMIT)
+    row["payload"] = event.__pydantic_serializer__.to_json(event).decode()
+    return row
+
+
 def search(conn: Connection, query: SearchQuery) -> Page:
     """One page of the tenant's events matching `query`.
 
@@ -85,7 +94,7 @@ def search(conn: Connection, query: SearchQuery) -> Page:
     ]
     merged = list(itertools.islice(heapq.merge(*ranges, key=_sort_key), query.limit + 1))
     more = len(merged) > query.limit
-    rows = merged[: query.limit]
+    rows = [_with_text(row) for row in merged[: query.limit]]
     if not more or not rows:
         return Page(rows, None)
     last = rows[-1]

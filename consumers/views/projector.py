@@ -1,126 +1,175 @@
 """The views consumer: folds `projections.view` per conversation and keeps its rows current.
 
-Per batch, each touched conversation's `ViewState` comes from an in-process cache when the
-cached state has folded exactly the number of events the store says (events are append-only
-and folded exactly once, so an equal count means an equal state), else it is rebuilt from
-`views_events`. New log entries are appended, and the conversation row (with the active
-branch as position segments) is upserted once per batch.
+Per batch, each touched conversation's stored row is its view's tip (`projections.view_tip`).
+A run of plain tail appends, nearly every run, extends the tip and appends the log entries:
+no full `ViewState` is needed, so memory does not grow with the events consumed. Any other
+run (a branch switch, fork or condensation, a redelivery, a gap) folds the full state, which
+comes from a cache bounded in events when it has folded exactly what the store holds, else is
+rebuilt from `views_events`.
 """
 
 from __future__ import annotations
 
+import itertools
 import json
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
-from consumers._rows import event_from_json, micros
-from consumers.base import Batch, Change, ConsumedRecord, ConversationProjector, DigestOf, Fold, load_rows
-from consumers.store import bulk_insert, upsert
+from consumers._rows import event_from_payload, micros
+from consumers.base import Batch, ConsumedRecord, Fold, Rejection, TableProjector, fold_records, load_rows
+from consumers.store import bulk_insert, insert_new, upsert
 from consumers.views.tables import EVENT_COLUMNS, conversations, events, metadata
 from infra.settings import Settings
 from projections import view
-from projections.view import ViewState
+from projections.view_tip import Tip, extend_tip, tip
 
 
 @dataclass(slots=True)
-class _Cached:
+class _Full:
+    """A conversation's full view, with each logged event's position."""
+
     state: view.ViewState
     positions: dict[str, int]
-    """Event id -> position in the log (to write the branch as position segments)."""
-    segments: list[list[int]] = field(default_factory=list)
-    """The active branch of `state` as position segments."""
-    branch_ids: str = ""
-    """Ids of the active branch of `state`, joined by newlines (for the digest)."""
-
-    @classmethod
-    def of(cls, state: view.ViewState) -> _Cached:
-        """The cache entry of a state rebuilt from the store."""
-        positions = {e.id: i for i, e in enumerate(state.log)}
-        ids = "\n".join(e.id for e in state.visible)
-        return cls(state, positions, branch_segments(state, positions), ids)
-
-    def advance(self, after: view.ViewState) -> None:
-        """Move to `after` (whose new log entries have positions already), updating the branch.
-
-        A batch of plain tail appends extends the branch: only the new events are walked, so a
-        batch costs O(its events), not O(the branch) as recomputing segments and digest text did.
-        """
-        before, k = self.state, len(self.state.path)
-        extended = (
-            before.visible is before.path
-            and after.visible is after.path
-            and len(after.path) >= k
-            and (k == 0 or after.path[k - 1] is before.path[k - 1])  # the one path through that node
-        )
-        self.state = after
-        if not extended:
-            self.segments = branch_segments(after, self.positions)
-            self.branch_ids = "\n".join(e.id for e in after.visible)
-            return
-        added = after.path[k:]
-        _extend_segments(self.segments, [self.positions[e.id] for e in added])
-        if added:
-            joined = "\n".join(e.id for e in added)
-            self.branch_ids = f"{self.branch_ids}\n{joined}" if k else joined
 
 
-class ViewsConsumer(ConversationProjector[view.ViewState]):
+@dataclass
+class _Writes:
+    """What one batch writes: log rows, conversation rows, and the refused records."""
+
+    log: list[tuple[Any, ...]] = field(default_factory=list)
+    rows: list[dict[str, Any]] = field(default_factory=list)
+    rejected: list[Rejection] = field(default_factory=list)
+
+
+class ViewsConsumer(TableProjector):
     """Projector `views`: the active branch of every conversation (DESIGN §8)."""
 
     name = "views"
-    version = 2
+    version = 3
     metadata = metadata
-    table = conversations
-    digest_of = (DigestOf(conversations, ("digest",), precomputed=True),)
     projection = Fold(view.initial, view.fold, view.fold_all)
 
-    def __init__(self, settings: Settings | None = None, cache_size: int = 5000) -> None:
+    def __init__(self, settings: Settings | None = None, cache_events: int = 50_000) -> None:
         super().__init__(settings)
-        self.cache_size = cache_size
-        self._cache: OrderedDict[str, _Cached] = OrderedDict()
+        self.cache_events = cache_events
+        """Most events the cache of full states holds, over all its conversations."""
+        self._cache: OrderedDict[str, _Full] = OrderedDict()
+        self._cached = 0
 
     def drop(self, connection: Connection) -> None:
         """Drop the views tables (and the v1 branch table, if present)."""
         super().drop(connection)
         connection.execute(sa.text("DROP TABLE IF EXISTS views_branch"))
         self._cache.clear()
+        self._cached = 0
 
-    def load(
-        self, connection: Connection, conversation_ids: list[str]
-    ) -> dict[str, tuple[Any, view.ViewState]]:
-        """(cache entry, state) per stored conversation: cached when it has folded what the store holds."""
-        counts = load_rows(connection, conversations, conversation_ids)
-        found: dict[str, tuple[Any, ViewState]] = {}
-        for conv, row in counts.items():
-            cached = self._cache.get(conv)
-            if cached is None or len(cached.state.log) != row["event_count"]:
-                cached = _Cached.of(load_state(connection, conv))
-            found[conv] = (cached, cached.state)
-        return found
+    def apply(self, connection: Connection, batch: Sequence[ConsumedRecord]) -> Sequence[Rejection]:
+        """Fold the batch into each touched conversation; write the log and the changed rows."""
+        batch = Batch.of(batch)
+        groups = batch.by_conversation()
+        if not groups:
+            return []
+        stored = load_rows(connection, conversations, list(groups))
+        writes = _Writes()
+        for conv, group in groups.items():
+            self._fold(connection, conv, group, stored.get(conv), writes, batch, short=True)
+        if not insert_new(connection, events, EVENT_COLUMNS, writes.log):
+            # A run repeats an event id the conversation holds: only the full fold knows it.
+            writes = _Writes()
+            for conv, group in groups.items():
+                self._fold(connection, conv, group, stored.get(conv), writes, batch, short=False)
+            bulk_insert(connection, events, EVENT_COLUMNS, writes.log)
+        upsert(connection, conversations, writes.rows, ["conversation_id"])
+        return writes.rejected
 
-    def write(self, connection: Connection, changes: list[Change[view.ViewState]], batch: Batch) -> None:
-        """Append the new log entries; upsert each changed conversation's row (branch, digest)."""
-        log_rows: list[tuple[Any, ...]] = []
-        summary_rows: list[dict[str, Any]] = []
-        for change in changes:
-            cached = change.stored or _Cached(change.before, {})
-            log_rows.extend(_log_rows(change, cached.positions, batch))
-            cached.advance(change.after)
-            summary_rows.append(_summary_row(cached))
-            self._remember(change.conversation_id, cached)
-        bulk_insert(connection, events, EVENT_COLUMNS, log_rows)
-        upsert(connection, conversations, summary_rows, ["conversation_id"])
+    def _fold(
+        self,
+        connection: Connection,
+        conv: str,
+        group: list[ConsumedRecord],
+        row: Mapping[str, Any] | None,
+        writes: _Writes,
+        batch: Batch,
+        short: bool,
+    ) -> None:
+        full = self._full(conv, row)
+        start = _tip_of(conv, row)
+        segments: list[list[int]] = json.loads(row["branch"]) if row is not None else []
+        extended = extend_tip(start, [r.value for r in group]) if short else None  # type: ignore[misc]
+        if extended is not None:
+            added = range(start.events, extended.events)
+            writes.log.extend(_log_row(conv, p, r, batch) for p, r in zip(added, group, strict=True))
+            _extend_segments(segments, [p for p, r in zip(added, group, strict=True) if r.value.seq])  # type: ignore[attr-defined]
+            if full is not None:  # keep a cached full state current (cheap for tail appends)
+                self._advance(conv, full, group, start.events)
+            writes.rows.append(_row(extended, segments, group[-1].value.timestamp))  # type: ignore[attr-defined]
+            return
+        if full is None:
+            state = load_state(connection, conv) if row is not None else view.initial(conv)
+            full = _Full(state, {e.id: i for i, e in enumerate(state.log)})
+        before = full.state
+        after, folded = fold_records(self.projection, before, group, writes.rejected)
+        if after is before:
+            return
+        writes.log.extend(_new_log_rows(before, after, folded, full.positions, batch))
+        full.state = after
+        self._remember(conv, full)
+        last = after.log[len(after.log) - 1]
+        writes.rows.append(_row(tip(after), branch_segments(after, full.positions), last.timestamp))
 
-    def _remember(self, conv: str, cached: _Cached) -> None:
-        self._cache[conv] = cached
-        self._cache.move_to_end(conv)
-        while len(self._cache) > self.cache_size:
-            self._cache.popitem(last=False)
+    def _full(self, conv: str, row: Mapping[str, Any] | None) -> _Full | None:
+        """The cached full state, if it has folded exactly what the store holds."""
+        full = self._cache.get(conv)
+        if full is not None and (row is None or len(full.state.log) != row["event_count"]):
+            self._forget(conv)
+            return None
+        return full
+
+    def _advance(self, conv: str, full: _Full, group: list[ConsumedRecord], start: int) -> None:
+        for position, record in enumerate(group, start):
+            full.positions[record.value.id] = position  # type: ignore[attr-defined]
+        full.state = view.fold_all(full.state, [r.value for r in group])
+        self._remember(conv, full)
+
+    def _remember(self, conv: str, full: _Full) -> None:
+        self._forget(conv)
+        self._cache[conv] = full
+        self._cached += len(full.state.log)
+        while self._cached > self.cache_events and self._cache:
+            self._forget(next(iter(self._cache)))
+
+    def _forget(self, conv: str) -> None:
+        gone = self._cache.pop(conv, None)
+        if gone is not None:
+            self._cached -= len(gone.state.log)
+
+    def digests(self, connection: Connection) -> dict[str, str]:
+        """`view.digest` of every conversation, from its row and the ids on its branch."""
+        heads = {
+            r.conversation_id: r
+            for r in connection.execute(
+                sa.select(conversations.c.conversation_id, conversations.c.last_seq,
+                          conversations.c.active_leaf, conversations.c.branch,
+                          conversations.c.branch_length)  # fmt: skip
+            )
+        }
+        query = sa.select(events.c.conversation_id, events.c.position, events.c.event_id).order_by(
+            events.c.conversation_id, events.c.position
+        )
+        out = {}
+        for conv, log in itertools.groupby(connection.execute(query), key=lambda r: r[0]):
+            head = heads.get(conv)
+            if head is None:
+                continue
+            ids = {position: event_id for _, position, event_id in log}
+            branch = "\n".join(ids[p] for a, b in json.loads(head.branch) for p in range(a, b + 1))
+            out[conv] = view.branch_digest(head.last_seq, head.active_leaf, branch, head.branch_length)
+        return out
 
 
 def load_state(connection: Connection, conversation_id: str, **bounds: int) -> view.ViewState:
@@ -131,7 +180,7 @@ def load_state(connection: Connection, conversation_id: str, **bounds: int) -> v
     if "max_timestamp_us" in bounds:
         query = query.where(events.c.timestamp_us <= bounds["max_timestamp_us"])
     payloads = connection.execute(query.order_by(events.c.position)).scalars()
-    return view.fold_all(view.initial(conversation_id), (event_from_json(p) for p in payloads))
+    return view.fold_all(view.initial(conversation_id), (event_from_payload(p) for p in payloads))
 
 
 def branch_segments(state: view.ViewState, positions: dict[str, int]) -> list[list[int]]:
@@ -149,10 +198,53 @@ def _extend_segments(segments: list[list[int]], added: list[int]) -> None:
             segments.append([pos, pos])
 
 
-def _log_rows(
-    change: Change[view.ViewState], positions: dict[str, int], batch: Batch
+def _tip_of(conv: str, row: Mapping[str, Any] | None) -> Tip:
+    if row is None:
+        return Tip(conv)
+    return Tip(
+        conv,
+        row["tenant_id"] or None,
+        row["last_seq"],
+        row["event_count"],
+        row["active_leaf"],
+        row["branch_length"],
+    )
+
+
+def _row(t: Tip, segments: list[list[int]], last_timestamp: Any) -> dict[str, Any]:
+    return {
+        "conversation_id": t.conversation_id,
+        "tenant_id": t.tenant_id or "",
+        "last_seq": t.last_seq,
+        "event_count": t.events,
+        "active_leaf": t.active_leaf,
+        "branch_length": t.branch_length,
+        "branch": json.dumps(segments),
+        "updated_us": micros(last_timestamp),
+    }
+
+
+def _log_row(conv: str, position: int, record: ConsumedRecord, batch: Batch) -> tuple[Any, ...]:
+    event: Any = record.value
+    return (
+        conv,
+        position,
+        event.id,
+        event.seq,
+        micros(event.timestamp),
+        record.partition,
+        record.offset,
+        batch.payload(record),
+    )
+
+
+def _new_log_rows(
+    before: view.ViewState,
+    after: view.ViewState,
+    folded: Sequence[ConsumedRecord],
+    positions: dict[str, int],
+    batch: Batch,
 ) -> list[tuple[Any, ...]]:
-    before, after, folded = change.before, change.after, change.records
     start = len(before.log)
     added = after.log[start:]
     if len(added) == len(folded):
@@ -166,33 +258,5 @@ def _log_rows(
     rows = []
     for position, event, record in zip(range(start, start + len(added)), added, records, strict=True):
         positions[event.id] = position
-        rows.append(
-            (
-                conv,
-                position,
-                event.id,
-                event.seq,
-                micros(event.timestamp),
-                record.partition,
-                record.offset,
-                batch.event_json(event),
-            )
-        )
+        rows.append(_log_row(conv, position, record, batch))
     return rows
-
-
-def _summary_row(cached: _Cached) -> dict[str, Any]:
-    state = cached.state
-    last = state.log[len(state.log) - 1]
-    length = len(state.visible)
-    return {
-        "conversation_id": state.conversation_id,
-        "tenant_id": state.tenant_id or "",
-        "last_seq": state.last_seq,
-        "event_count": len(state.log),
-        "active_leaf": state.active_leaf,
-        "branch_length": length,
-        "branch": json.dumps(cached.segments),
-        "digest": view.branch_digest(state.last_seq, state.active_leaf, cached.branch_ids, length),
-        "updated_us": micros(last.timestamp),
-    }

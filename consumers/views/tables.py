@@ -2,7 +2,8 @@
 
 The active branch is stored as segments of log positions (`[[first, last], ...]`): a linear
 conversation is one segment however long it is, so a tail append rewrites one small row
-instead of inserting a branch row per event.
+instead of inserting a branch row per event. The row is also the view's tip
+(`projections.view_tip`), which is all a run of tail appends needs.
 """
 
 from __future__ import annotations
@@ -21,7 +22,6 @@ conversations = sa.Table(
     sa.Column("active_leaf", sa.String(200)),
     sa.Column("branch_length", sa.BigInteger, nullable=False),
     sa.Column("branch", sa.Text, nullable=False, doc="Active branch as JSON [[first, last], ...] positions."),
-    sa.Column("digest", sa.String(64), nullable=False),
     sa.Column("updated_us", sa.BigInteger, nullable=False, doc="Timestamp of the last event folded."),
     sa.Index("views_conversations_tenant", "tenant_id", "conversation_id"),
 )
@@ -37,7 +37,10 @@ events = sa.Table(
     sa.Column("timestamp_us", sa.BigInteger, nullable=False),
     sa.Column("partition", sa.Integer, nullable=False),
     sa.Column("offset", sa.BigInteger, nullable=False),
-    sa.Column("payload", sa.Text, nullable=False, doc="The event as JSON."),
+    sa.Column("payload", sa.LargeBinary, nullable=False, doc="The event, Avro single-object encoded."),
+    # An event id is folded once per conversation: a run that would repeat one cannot take
+    # the tip's short way (see `ViewsConsumer.apply`), and this key is what notices.
+    sa.Index("views_events_id", "conversation_id", "event_id", unique=True),
 )
 """Every event folded into a conversation's view, in fold order (rebuilds the state; 'as of T')."""
 

@@ -85,12 +85,14 @@ def test_replay_from_archive_plus_kafka_tail_equals_live_and_tamper_is_named(
     capsys.readouterr()
 
     with open_engine(live).begin() as conn:
+        # The digest is computed from the stored view (its row and branch), so tamper with the row.
         conn.execute(
-            sa.text("UPDATE views_conversations SET digest = 'tampered' WHERE conversation_id = 'conv-4'")
+            sa.text("UPDATE views_conversations SET last_seq = 999 WHERE conversation_id = 'conv-4'")
         )
+        tampered = ViewsConsumer().digests(conn)["conv-4"]
     assert run_cli(monkeypatch, settings, "audit", "diff", live, shadow) == 1
     lines = capsys.readouterr().out.strip().splitlines()
-    assert len(lines) == 2 and lines[0].startswith("views\tconv-4\tlive=tampered\tshadow=")
+    assert len(lines) == 2 and lines[0].startswith(f"views	conv-4	live={tampered}	shadow=")
     assert lines[1] == "audit: 1 conversation(s) differ across views"  # the verdict, on stdout
 
 

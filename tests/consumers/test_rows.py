@@ -6,9 +6,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from consumers._apply import records_for
+from consumers._rows import event_from_payload, payload_json
 from consumers.base import Batch, ConsumedRecord, Fold, fold_records
 from projections import stats, view
 from projections.errors import ProjectionError
+from schemas import SingleObjectCodec
 from schemas.events import EVENT_TYPES, Event
 from schemas.records import Receipt
 from tests.consumers.builders import interleaved
@@ -24,11 +26,15 @@ def records_of(values: list, topic: str = "ev", partition: int = 0, start: int =
 
 @settings(max_examples=300, deadline=None)
 @given(any_event)
-def test_event_json_is_model_dump_json(event: Event) -> None:
-    """The payload text comes from the serializer directly; it must be `model_dump_json()`'s text."""
+def test_payload_is_the_event_and_its_json_is_model_dump_json(event: Event) -> None:
+    """A payload decodes to the event, and query results give `model_dump_json()`'s text of it."""
     batch = Batch(records_of([event]))
-    assert batch.event_json(event) == event.model_dump_json()
-    assert batch.event_json(event) == event.model_dump_json()  # memoized: same answer
+    record = batch[0]
+    assert event_from_payload(batch.payload(record)) == event
+    assert batch.payload(record) is batch.payload(record)  # encoded once per batch
+    assert payload_json(batch.payload(record)) == event.model_dump_json()
+    arrived = ConsumedRecord("ev", 0, 0, 0, "k", event, SingleObjectCodec().encode(event))
+    assert Batch([arrived]).payload(arrived) is arrived.data  # the bytes it arrived in, as they are
 
 
 @given(interleaved_conversations())

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import statistics
 import time
 from pathlib import Path
@@ -11,12 +10,13 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
-from consumers._rows import from_micros
+from consumers._rows import from_micros, payload_of
 from consumers.index import IndexConsumer
 from consumers.index.search import page_query, search
 from consumers.index.tables import COLUMNS, events
 from consumers.store import bulk_insert, ensure_projections, open_engine
 from projections.index import Cursor, SearchQuery, encode_cursor
+from schemas import MessageEvent
 
 KINDS = ("message", "action", "observation", "llm_usage")
 SOURCES = ("user", "agent", "environment", "agent")
@@ -25,7 +25,10 @@ T0_US = 1_750_000_000_000_000
 
 def fill(engine: Engine, conversation_id: str, n: int, tenant: str = "t") -> None:
     """n index rows of one conversation, 1 ms apart, kinds and sources rotating."""
-    payload = json.dumps({"content": "x" * 200})
+    payload = payload_of(MessageEvent(
+        id="m", conversation_id=conversation_id, tenant_id=tenant, seq=1, timestamp=from_micros(T0_US),
+        source="user", role="user", content="x" * 200,
+    ))  # fmt: skip
     rows = [
         (
             f"{conversation_id}-{i}",
@@ -35,7 +38,6 @@ def fill(engine: Engine, conversation_id: str, n: int, tenant: str = "t") -> Non
             KINDS[i % 4],
             SOURCES[i % 4],
             None,
-            "text",
             T0_US + i * 1000,
             0,
             i,

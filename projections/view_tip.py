@@ -1,0 +1,70 @@
+"""The tip of a view: what its stored row needs, O(1) in the conversation's length (pure).
+
+Nearly every event a conversation receives is a plain tail append: the next seq, parented on
+the active leaf, not a switch, fork or condensation. Such a run moves the view in a way its
+tip alone determines (the leaf, the counts), so a store that keeps the log in a table can
+fold it without the conversation's full `ViewState` in memory; anything else needs the full
+state (`view.fold_all`). `extend_tip` says which case a run is.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import NamedTuple
+
+from projections._sequence import ANNOTATION_SEQ
+from projections.view import ViewState
+from schemas.events import Event
+
+_OFF_TAIL_KINDS = frozenset({"active_leaf_changed", "fork", "condensation"})
+
+
+class Tip(NamedTuple):
+    """A view's figures that do not grow with the conversation."""
+
+    conversation_id: str
+    tenant_id: str | None = None
+    last_seq: int = 0
+    events: int = 0
+    """Events folded: the length of `ViewState.log`."""
+    active_leaf: str | None = None
+    branch_length: int = 0
+    """Length of the active branch (`ViewState.visible`)."""
+
+
+def tip(state: ViewState) -> Tip:
+    """The tip of a full view."""
+    return Tip(
+        state.conversation_id,
+        state.tenant_id,
+        state.last_seq,
+        len(state.log),
+        state.active_leaf,
+        len(state.visible),
+    )
+
+
+def extend_tip(start: Tip, events: Sequence[Event]) -> Tip | None:
+    """`tip(view.fold_all(state, events))` for any `state` whose tip is `start`, or None.
+
+    None unless every event is either the next chain event parented on the active leaf (or
+    the first root, when there is no leaf yet), not a switch, fork or condensation, or an
+    annotation (seq 0), all of this conversation: then the caller folds the full state.
+    Precondition, which a tip cannot check: no event id is already in the view (the caller's
+    store enforces it; ids repeated within `events` are checked here).
+    """
+    conv, tenant, last_seq, count, leaf, length = start
+    seen: set[str] = set()
+    for event in events:
+        if event.conversation_id != conv or event.id in seen:
+            return None
+        seen.add(event.id)
+        if event.seq == ANNOTATION_SEQ:
+            count += 1
+        elif event.seq == last_seq + 1 and event.parent_id == leaf and event.kind not in _OFF_TAIL_KINDS:
+            # On the active leaf, or the first root of an empty tree (no leaf, no parent).
+            last_seq, leaf, count, length = event.seq, event.id, count + 1, length + 1
+        else:
+            return None
+        tenant = tenant or event.tenant_id
+    return Tip(conv, tenant, last_seq, count, leaf, length)
