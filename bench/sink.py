@@ -3,7 +3,7 @@
 The runner (`consumers.runner.Runner`, via `consumers.bench.measure_sink`) decodes, folds and
 writes rows plus consumed offsets in one store transaction per batch. Its ceiling is the work
 every sink must do at least: consume each record with the runner's consumer settings AND
-decode it with the project's codec (batches of the runner's size, GC paused per batch as the
+decode it with the project's codec (batches of the runner's size, garbage collection paced as the
 runner does). A plain consume that does nothing with the records is kept as context. All
 three are timed alike, from partition assignment to the last record, in the same run.
 """
