@@ -1,11 +1,10 @@
-"""Resume: a long conversation taken over by a fleet runner, vs a full re-read, vs the file log.
+"""Resume: a long conversation taken over by a fleet runner, vs the file log.
 
 convdb: the fleet's snapshot restore (`producers.fleet`): a new `PartitionOwner` restores the
 partition from its snapshots (local store, or the state topic on another machine) plus the
 events tail no snapshot covers, then rebuilds the conversation. It must equal the writer's.
-Comparison: the agent runtime's full re-read (`Runtime.load`: every record of the partition
-from offset 0, folded), and the baseline: the same events as one JSON file each, listed,
-loaded and validated (OpenHands' file event store; DESIGN §12: 1.9 s at 10k, 15.9 s at 50k).
+Baseline: the same events as one JSON file each, listed, loaded and validated (OpenHands' file
+event store; DESIGN §12: 1.9 s at 10k, 15.9 s at 50k).
 """
 
 from __future__ import annotations
@@ -18,11 +17,11 @@ from pydantic import TypeAdapter
 
 from bench.common import BenchContext, BenchError, Figures, drop_namespace, median
 from bench.filelog import load_log, write_log
+from infra.partitioner import partition_for
+from producers.conversation import Conversation
 from producers.fleet.__main__ import build_context
-from producers.fleet.conversation import FleetConversation
 from producers.fleet.owner import FleetContext, PartitionOwner
 from producers.fleet.store import SnapshotStore
-from producers.history import partition_for
 from schemas import CondensationEvent, Event, MessageEvent
 
 SNAPSHOT_EVERY = 100
@@ -43,17 +42,6 @@ FIGURES = {
     "resume_takeover_ms_10k": ("resume 10k incl. the new owner's fencing (init_transactions)", "ms", ""),
     "resume_changelog_ms_10k": (
         "resume 10k: snapshot restore from the state topic (empty data dir)",
-        "ms",
-        "",
-    ),
-    "resume_full_reread_ms_1k": ("resume 1k: full re-read of the partition (producers/history.py)", "ms", ""),
-    "resume_full_reread_ms_10k": (
-        "resume 10k: full re-read of the partition (producers/history.py)",
-        "ms",
-        "",
-    ),
-    "resume_full_reread_ms_50k": (
-        "resume 50k: full re-read of the partition (producers/history.py)",
         "ms",
         "",
     ),
@@ -97,16 +85,14 @@ def _one_size(ctx: BenchContext, size: int, label: str) -> Figures:
             figures["resume_takeover_ms_10k"] = median([t for _, t in local])
             remote = [_changelog_ms(ctx, fleet, partition, cid, expected) for _ in range(ctx.repeats)]
             figures["resume_changelog_ms_10k"] = median(remote)
-        figures[f"resume_full_reread_ms_{label}"] = median(
-            [_reread_ms(fleet, cid, conv.state.last_seq) for _ in range(ctx.repeats)]
-        )
-        events = list(conv.state.log)
+        events = list(conv.state.view.log)
         root = write_log(ctx.workdir / f"resume-filelog-{label}", events)
         figures[f"baseline_resume_ms_{label}"] = median(
             [_baseline_ms(root, len(events)) for _ in range(ctx.repeats)]
         )
         ctx.notes.append(
-            f"resume {label}: {conv.state.last_seq:,} events written, view {len(conv.state.visible)}"
+            f"resume {label}: {conv.state.view.last_seq:,} events written, "
+            f"view {len(conv.state.view.visible)}"
         )
         fleet.store.close()
         return figures
@@ -114,10 +100,10 @@ def _one_size(ctx: BenchContext, size: int, label: str) -> Figures:
         drop_namespace(settings)
 
 
-def write_long_conversation(conv: FleetConversation, total: int) -> None:
+def write_long_conversation(conv: Conversation, total: int) -> None:
     """About `total` events in transactions of BATCH ending in a condensation, then TAIL more."""
     conv.send_message("a very long task")
-    while conv.state.last_seq < total - TAIL:
+    while conv.state.view.last_seq < total - TAIL:
         conv.commit(lambda: _batch(conv))
     for _ in range(TAIL // 20):
         conv.commit(
@@ -127,19 +113,19 @@ def write_long_conversation(conv: FleetConversation, total: int) -> None:
         )
 
 
-def _batch(conv: FleetConversation) -> list[object]:
+def _batch(conv: Conversation) -> list[object]:
     out = []
     for i in range(BATCH - 1):
         role, source = ("user", "user") if i % 2 else ("assistant", "agent")
         out.append(conv.new(MessageEvent, source=source, role=role, content=f"turn {i} " + "x" * 80))
     # Forget everything but the first event and the last 20: the view stays short.
-    forgotten = [e.id for e in conv.state.visible][1:] + [e.id for e in out][:-20]
+    forgotten = [e.id for e in conv.state.view.visible][1:] + [e.id for e in out][:-20]
     out.append(
         conv.new(
             CondensationEvent,
             source="agent",
             forgotten_event_ids=tuple(forgotten),
-            summary=f"summary up to seq {conv.state.last_seq + BATCH - 1}",
+            summary=f"summary up to seq {conv.state.view.last_seq + BATCH - 1}",
         )
     )
     return out
@@ -148,8 +134,8 @@ def _batch(conv: FleetConversation) -> list[object]:
 Fingerprint = tuple[int, str | None, tuple[str, ...]]
 
 
-def _fingerprint(conv: FleetConversation) -> Fingerprint:
-    return conv.state.last_seq, conv.state.active_leaf, tuple(e.id for e in conv.state.visible)
+def _fingerprint(conv: Conversation) -> Fingerprint:
+    return conv.state.view.last_seq, conv.state.view.active_leaf, tuple(e.id for e in conv.state.view.visible)
 
 
 def _check(found: Fingerprint, expected: Fingerprint, how: str) -> None:
@@ -189,15 +175,6 @@ def _changelog_ms(
         raise BenchError(f"resume: a restore with an empty data dir read from {report['source']}")
     owner.close()
     store.close()
-    return elapsed
-
-
-def _reread_ms(fleet: FleetContext, cid: str, last_seq: int) -> float:
-    started = time.perf_counter()
-    conv = fleet.runtime.load(cid, "bench")
-    elapsed = (time.perf_counter() - started) * 1000
-    if conv.state.last_seq != last_seq:
-        raise BenchError(f"resume: the full re-read ended at seq {conv.state.last_seq}, not {last_seq}")
     return elapsed
 
 

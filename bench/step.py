@@ -1,7 +1,8 @@
 """Step overhead: an agent step with an instant scripted model and an instant tool.
 
-The real runtime (`producers.runtime.Runtime`, `Conversation.run`, an idempotent `DurableSink`)
-runs one conversation whose scripted plan calls an instant tool N times, then answers. The
+The real runtime (`producers.runtime.Runtime`, `Conversation.run`, here over an idempotent
+`DurableSink`; a fleet runner writes through its partition's transactional sink instead) runs
+one conversation whose scripted plan calls an instant tool N times, then answers. The
 runtime's own counters (`RunStats`) give each step's time minus LLM and tool time; within that,
 the time spent waiting for broker acknowledgements is reported apart. Two tools: a read-only
 one (one durable write per step for the proposal, one for the observation) and a keyed one
@@ -93,13 +94,13 @@ def run(ctx: BenchContext) -> Figures:
     return figures
 
 
-def _runtime(settings: Settings, publisher: EventPublisher, tool: Tool) -> Runtime:
+def _runtime(settings: Settings, publisher: EventPublisher, tool: Tool) -> tuple[Runtime, DurableSink]:
     agent = Agent(tools=(tool,))
-    return Runtime(settings, publisher.codec, agent, DurableSink(publisher), DirectScriptedClient())
+    return Runtime(settings, publisher.codec, agent, DirectScriptedClient()), DurableSink(publisher)
 
 
-def _conversation(runtime: Runtime, tool: Tool, steps: int) -> dict[str, Any]:
-    conv: Conversation = runtime.create(f"step-{uuid.uuid4().hex[:10]}", "bench")
+def _conversation(runtime: tuple[Runtime, DurableSink], tool: Tool, steps: int) -> dict[str, Any]:
+    conv: Conversation = runtime[0].create(f"step-{uuid.uuid4().hex[:10]}", "bench", runtime[1])
     plan = "\n".join(f'!{tool.name} {{"n": {i}}}' for i in range(steps))
     conv.send_message(f"Call the tool {steps} times.\n{plan}")
     status = conv.run()

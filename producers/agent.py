@@ -32,7 +32,10 @@ DEFAULT_PROMPT = "You are a careful agent. Use the tools to do the task, then an
 class EventFactory(Protocol):
     """Fills in an event's envelope (id, seq, parent, time) for the conversation."""
 
-    conversation_id: str
+    @property
+    def conversation_id(self) -> str:
+        """The conversation the events are for."""
+        ...
 
     def new_id(self) -> str:
         """A fresh event id."""

@@ -1,93 +1,68 @@
-"""Builds Conversations: new ones, or restored from the log (the wiring around `Conversation`)."""
+"""What every conversation of a process shares: settings, codec, the agent, its model, secrets.
+
+The fleet (`producers.fleet`) is the one runtime that owns, restores and drives conversations;
+`Runtime.create` also builds a conversation over any sink for tests and benchmarks.
+"""
 
 from __future__ import annotations
 
-import logging
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from infra.settings import Settings
-from producers.agent import Agent
+from producers.agent import Agent, ConfirmationPolicy
 from producers.conversation import Conversation
 from producers.crashpoints import NO_CRASH, CrashPoints
-from producers.history import History, load_history
-from producers.ledger import EMPTY, fold_ledger
-from producers.llm import LLMClient
+from producers.llm import LitellmClient, LLMClient, make_llm
 from producers.secrets import SecretsRegistry
 from producers.sink import RecordSink
-from projections.view import fold_all, initial, path_to_root
-from schemas import Codec, Event, StateUpdateEvent
-from schemas._types import ExecutionStatus
-
-logger = logging.getLogger(__name__)
+from producers.tools import standard_tools
+from schemas import Codec, make_codec
 
 
 @dataclass
 class Runtime:
-    """Everything a conversation needs besides its own state."""
+    """Everything a conversation needs besides its own state and its writer."""
 
     settings: Settings
     codec: Codec
     agent: Agent
-    sink: RecordSink
     llm: LLMClient
     secrets: SecretsRegistry = field(default_factory=SecretsRegistry)
     crash: CrashPoints = NO_CRASH
 
-    def create(self, conversation_id: str, tenant_id: str) -> Conversation:
-        """A new, empty conversation."""
+    def create(self, conversation_id: str, tenant_id: str, sink: RecordSink) -> Conversation:
+        """A new, empty conversation written through `sink` (no partition owner keeps it)."""
         return Conversation(
             conversation_id,
             tenant_id,
             self.agent,
-            self.sink,
+            sink,
             self.llm,
             runtime=self.settings.runtime,
             secrets=self.secrets,
             crash=self.crash,
         )
 
-    def load(self, conversation_id: str, tenant_id: str) -> Conversation:
-        """The conversation rebuilt from the log, or a new one when it has no event yet."""
-        history = load_history(self.settings, self.codec, conversation_id)
-        if not history.events:
-            return self.create(conversation_id, tenant_id)
-        return self.restore(conversation_id, history)
 
-    def restore(self, conversation_id: str, history: History) -> Conversation:
-        """A Conversation whose view, status and ledger are folded from `history`."""
-        state = fold_all(initial(conversation_id), history.events)
-        ledger = EMPTY
-        for record in [*history.ledger, *history.receipts]:
-            ledger = fold_ledger(ledger, record)
-        conv = Conversation(
-            conversation_id,
-            state.tenant_id or "",
-            self.agent,
-            self.sink,
-            self.llm,
-            runtime=self.settings.runtime,
-            secrets=self.secrets,
-            crash=self.crash,
-            state=state,
-            status=last_status(history.events),
-            ledger=ledger,
-            prefix=self._fork_prefix(state.forks[-1] if len(state.forks) else None),
-        )
-        conv.events_position = history.events_position
-        if history.snapshot is not None:
-            conv.inbox_offset = history.snapshot.inbox_offset
-        return conv
-
-    def _fork_prefix(self, fork: Event | None) -> tuple[Event, ...]:
-        if fork is None:
-            return ()
-        source = self.load(fork.source_conversation_id, fork.tenant_id)  # type: ignore[attr-defined]
-        return (*source.prefix, *path_to_root(source.state, fork.source_event_id))  # type: ignore[attr-defined]
-
-
-def last_status(events: list[Event]) -> ExecutionStatus:
-    """The execution status the log ends in ('idle' before any change)."""
-    for event in reversed(events):
-        if isinstance(event, StateUpdateEvent):
-            return event.execution_status
-    return "idle"
+def build_runtime(
+    settings: Settings,
+    *,
+    workspace: Path,
+    tracker_url: str | None = None,
+    secrets: dict[str, str] | None = None,
+    model: str | None = None,
+    confirmation: ConfirmationPolicy | None = None,
+    crash: CrashPoints = NO_CRASH,
+) -> Runtime:
+    """The runtime with the standard tools and the configured model."""
+    agent = Agent(
+        model=model or settings.llm.model,
+        tools=standard_tools(workspace, tracker_url, settings.runtime.tool_timeout_s),
+        confirmation=confirmation or ConfirmationPolicy(),
+    )
+    llm = make_llm(settings.llm, agent.model)
+    if isinstance(llm, LitellmClient):
+        llm.warm_up()  # pay the ~5 s import now, not inside the first step
+    codec = make_codec(settings.schema_registry_url)
+    return Runtime(settings, codec, agent, llm, secrets=SecretsRegistry(secrets), crash=crash)

@@ -1,13 +1,14 @@
-"""Where a conversation's records go: a small port so a transactional writer can be swapped in."""
+"""Where a conversation's records go: a port, so a partition's transactional writer (the fleet) or an
+idempotent producer (`DurableSink`, for conversations no runner owns) can be plugged in."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from typing import Protocol
 
-from producers.publisher import Delivery, EventPublisher, TransactionalPublisher
-from schemas import AvroModel
-from schemas.topics import Topic
+from producers.publisher import Delivery, EventPublisher
+from schemas import AvroModel, EventEnvelope, LedgerRecord, Snapshot
+from schemas.topics import EFFECTS, EVENTS, STATE, Topic
 
 
 class RecordSink(Protocol):
@@ -29,13 +30,12 @@ class DurableSink:
         return self.publisher.wait_durable([self.publisher.publish(r, t) for t, r in records])
 
 
-class AtomicSink:
-    """A transactional producer: a group of records is committed all-or-nothing."""
-
-    def __init__(self, publisher: TransactionalPublisher) -> None:
-        self.publisher = publisher
-
-    def write(self, records: Sequence[tuple[Topic, AvroModel]]) -> list[Delivery]:
-        """One transaction per group (offsets are unknown: no deliveries are returned)."""
-        self.publisher.publish_atomic(list(records))
-        return []
+def topic_of(record: AvroModel) -> Topic:
+    """The topic a conversation record belongs on."""
+    if isinstance(record, EventEnvelope):
+        return EVENTS
+    if isinstance(record, LedgerRecord):
+        return EFFECTS
+    if isinstance(record, Snapshot):
+        return STATE
+    raise TypeError(f"a conversation does not write {type(record).__name__}")

@@ -1,8 +1,14 @@
-"""The execution status machine: allowed transitions written as data."""
+"""The execution status machine: allowed transitions written as data, and the change recorded.
+
+The status is never assigned: `set_status` records a StateUpdateEvent and the conversation's
+state folds it (`producers.state`).
+"""
 
 from __future__ import annotations
 
 from producers.errors import IllegalTransitionError
+from producers.writer import ConversationWriter
+from schemas import StateUpdateEvent
 from schemas._types import ExecutionStatus
 
 _RESTARTABLE = frozenset({"running", "idle", "paused"})
@@ -36,3 +42,14 @@ def check_transition(conversation_id: str, current: ExecutionStatus, new: Execut
         raise IllegalTransitionError(
             f"conversation {conversation_id}: cannot go from {current} to {new} (allowed: {allowed})"
         )
+
+
+def set_status(writer: ConversationWriter, status: ExecutionStatus, reason: str = "") -> None:
+    """Record a status change (a no-op when unchanged); raises `IllegalTransitionError` first."""
+    current = writer.state.status
+    if status == current:
+        return
+    check_transition(writer.conversation_id, current, status)
+    writer.commit(
+        lambda: [writer.new(StateUpdateEvent, source="environment", execution_status=status, reason=reason)]
+    )

@@ -184,9 +184,9 @@ def _base(state: OperationState, key: str, now: datetime) -> dict[str, object]:
 
 def _from_receipt(state: OperationState, now: datetime) -> LedgerRecord:
     receipt = state.receipt
-    if receipt is None or receipt.status == "succeeded":
-        if receipt is None:
-            return _confirmed(state, now, "receipt", None, None)
+    if receipt is None:
+        return _confirmed(state, now, "receipt", None, None)
+    if receipt.status == "succeeded":
         return _confirmed(state, now, "receipt", receipt.provider_receipt, receipt.result)
     error = f"provider {receipt.provider} receipt {receipt.provider_receipt}: failed {receipt.result}"
     return EffectFailed.model_validate({**_base(state, "failed", now), "error": error, "origin": "receipt"})

@@ -68,9 +68,9 @@ _ALL: tuple[Transition, ...] = (
 # read its own earlier proposal (a restore whose tail starts after it). The intent is the same
 # (operation_id names the action), so a repeated proposal changes nothing: going back to
 # `proposed` would hide an attempt in flight from the deadline and let resume run it again.
-_REPEATED_PROPOSAL: dict[tuple[OperationStatus | None, Transition], OperationStatus] = {
-    (s, "proposed"): s for s in (P, E, U, C, F)
-}
+Table = dict[tuple[OperationStatus | None, Transition], OperationStatus]
+
+_REPEATED_PROPOSAL: Table = {(s, "proposed"): s for s in (P, E, U, C, F)}
 
 # Records arriving after an outcome come from writers that had not seen it yet (the at-least-once
 # reconciler, a runner that restored before the reconciler's record, a human deciding on a
@@ -78,8 +78,7 @@ _REPEATED_PROPOSAL: dict[tuple[OperationStatus | None, Transition], OperationSta
 # Except proof of success: an effect that happened cannot be undone by an earlier error report,
 # so a receipt, a lookup or a human saying "confirmed" turns `failed` into `confirmed`
 # (otherwise provider mutations would not equal confirmed operations).
-_SETTLED: dict[tuple[OperationStatus | None, Transition], OperationStatus] = {(C, t): C for t in _ALL}
-_SETTLED |= {(F, t): F for t in _ALL}
+_SETTLED: Table = {(s, t): s for s in (C, F) for t in _ALL}
 _SETTLED |= {(F, "confirmed"): C, (F, "resolved:confirmed"): C}
 
 TRANSITIONS: Mapping[tuple[OperationStatus | None, Transition], OperationStatus] = {

@@ -1,5 +1,8 @@
 """`convdb demo`: scripted conversations with real side effects, end to end, then a summary.
 
+The tasks go to the inbox; fleet runners run them: one in this process (`--runners 1`, the
+default) or N runner processes.
+
 The summary is built by `build_summary(parts)` from `SUMMARY_SECTIONS`: each section is a
 function of the collected `DemoParts` returning a dict fragment, so later issues add their
 projections by appending a section.
@@ -15,20 +18,21 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 from infra.cli._common import load_settings, positive
 from infra.cli._demo_read import archive_proof, demo_settings, read_through_api, services
-from infra.cli.run import broker_for
+from infra.cli.run import broker_for, send_task
 from infra.reader import read_topic
 from infra.settings import Settings
-from producers.inbox import InboxRunner
+from producers.fleet.__main__ import build_context
+from producers.fleet.runner import FleetRunner, serve_until
 from producers.ledger import EMPTY, fold_ledger
 from producers.provider.process import ProviderProcess
-from producers.runner import build_runtime
 from producers.status import STOP_STATUSES
-from schemas import Codec, Event, InboxMessage, LedgerRecord
-from schemas.topics import EFFECTS, EVENTS, INBOX
+from schemas import Codec, Event, LedgerRecord
+from schemas.topics import EFFECTS, EVENTS
 
 DEMO_TENANT = "demo"
 """Tenant of the demo's conversations (its API key is `demo-key`)."""
@@ -41,7 +45,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.add_argument("--json", action="store_true", help="print the summary as one JSON object")
     p.add_argument(
         "--runners", type=positive, default=1, metavar="N",
-        help="run the conversations with N fleet runner processes (default 1: in-process inbox runner)",
+        help="run the conversations with N fleet runner processes (default 1: a runner in this process)",
     )  # fmt: skip
     p.set_defaults(func=_demo)
 
@@ -106,41 +110,39 @@ def build_summary(parts: DemoParts) -> dict[str, Any]:
     return summary
 
 
-def run_conversations(settings: Settings, count: int, tracker_url: str) -> DemoParts:
-    """Send `count` tasks through the inbox and run them with an in-process inbox runner."""
-    started = time.monotonic()
-    workspace = settings.data_dir.resolve() / "demo" / datetime.now(UTC).strftime("%Y%m%dT%H%M%S")
+def send_tasks(settings: Settings, count: int, run_dir: Path) -> tuple[Path, list[str]]:
+    """The workspace (one notes file per task) and the ids of `count` conversations whose task is
+    on the inbox."""
+    workspace = run_dir / "workspace"
     workspace.mkdir(parents=True, exist_ok=True)
-    runtime, publisher = build_runtime(settings, workspace=workspace, tracker_url=tracker_url)
     ids = [f"demo-{uuid.uuid4().hex[:12]}" for _ in range(count)]
     for index, conversation_id in enumerate(ids, 1):
         (workspace / f"notes-{index}.txt").write_text(
             f"Notes {index}: the deploy of service {index} went fine."
         )
-        inbox = InboxMessage(
-            id=str(uuid.uuid4()),
-            conversation_id=conversation_id,
-            tenant_id=DEMO_TENANT,
-            timestamp=datetime.now(UTC),
-            command="message",
-            content=task(index),
-        )
-        publisher.publish(inbox, INBOX)
-    publisher.flush()
-    runner = InboxRunner(runtime, publisher, group=f"demo-{uuid.uuid4().hex[:8]}")
-    deadline = time.monotonic() + 120
+        send_task(settings, conversation_id, DEMO_TENANT, task(index))
+    return workspace, ids
 
-    def done(r: InboxRunner) -> bool:
-        finished = [c for c in r.conversations.values() if c.status in STOP_STATUSES]
-        return len(finished) == count or time.monotonic() > deadline
 
-    runner.serve(done)
-    publisher.flush()
-    convs = runner.conversations.values()
+def run_conversations(settings: Settings, count: int, tracker_url: str, run_dir: Path) -> DemoParts:
+    """Send `count` tasks through the inbox and run them with a fleet runner in this process."""
+    started = time.monotonic()
+    workspace, ids = send_tasks(settings, count, run_dir)
+    # The run's own snapshot store: the embedded broker does not outlive the command.
+    ctx = build_context(settings, workspace, tracker_url, None, store=run_dir / "fleet.sqlite")
+
+    def done(runner: FleetRunner) -> bool:
+        convs = runner.conversations()
+        return runner.idle and all(c in convs and convs[c].status in STOP_STATUSES for c in ids)
+
+    runner = serve_until(ctx, done, 120)
+    ctx.store.close()
+    convs = [c for cid, c in runner.at_exit.items() if cid in ids]
     steps = sum(c.stats.steps for c in convs)
     overhead = sum(c.stats.overhead_ms - c.stats.step_publish_ms for c in convs) / steps if steps else 0.0
-    parts = DemoParts(settings, ids, {c.conversation_id: c.status for c in convs}, step_overhead_ms=overhead)
-    parts.events, parts.ledger = _read_back(settings, runtime.codec, set(ids))
+    statuses = {cid: runner.at_exit[cid].status if cid in runner.at_exit else "idle" for cid in ids}
+    parts = DemoParts(settings, ids, statuses, step_overhead_ms=overhead)
+    parts.events, parts.ledger = _read_back(settings, ctx.codec, set(ids))
     parts.seconds = time.monotonic() - started
     return parts
 
@@ -169,9 +171,9 @@ def _demo(args: argparse.Namespace) -> int:
             if args.runners > 1:
                 from infra.cli.runner import run_fleet_demo
 
-                parts = run_fleet_demo(live, args.conversations, provider.url, args.runners)
+                parts = run_fleet_demo(live, args.conversations, provider.url, args.runners, run_dir)
             else:
-                parts = run_conversations(live, args.conversations, provider.url)
+                parts = run_conversations(live, args.conversations, provider.url, run_dir)
             parts.provider_stats = provider.get("/stats")
             parts.read_side = read_through_api(live, _last_seqs(parts))
             if live.archive_url:

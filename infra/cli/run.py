@@ -1,4 +1,8 @@
-"""`convdb run "task"`: run one conversation to a stop state and print its events."""
+"""`convdb run "task"`: run one conversation to a stop state and print its events.
+
+The task goes to the conversation's inbox and a fleet runner in this process (a member of the
+namespace's runner group, like `convdb runner`) runs it: the one runtime, here in-process.
+"""
 
 from __future__ import annotations
 
@@ -7,13 +11,22 @@ import contextlib
 import json
 import uuid
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 
 from infra.cli._common import UsageError, load_settings
 from infra.devstack import EphemeralStack
+from infra.errors import InfraError
+from infra.producer import DurableProducer
 from infra.settings import Settings
-from producers.runner import build_runtime
-from schemas import Event
+from producers.fleet.__main__ import build_context
+from producers.fleet.runner import FleetRunner, serve_until
+from producers.status import STOP_STATUSES
+from schemas import Event, InboxMessage, make_codec
+from schemas.topics import INBOX
+
+RUN_TIMEOUT_S = 900.0
+"""How long `convdb run` waits for its conversation to reach a stop status."""
 
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -50,22 +63,45 @@ def _run(args: argparse.Namespace) -> int:
     settings = load_settings()
     workspace = args.workspace or settings.data_dir / "workspace"
     workspace.mkdir(parents=True, exist_ok=True)
+    cid = args.conversation or str(uuid.uuid4())
+    # An embedded broker lives as long as this command: its snapshots must not outlive it.
+    store = (
+        settings.data_dir / "run" / f"{uuid.uuid4().hex}.sqlite" if not settings.bootstrap_servers else None
+    )
     with broker_for(settings, with_s3=False) as live:
-        runtime, publisher = build_runtime(
-            live, workspace=workspace, tracker_url=args.tracker_url, model=args.model
+        message_id = send_task(live, cid, args.tenant, args.task)
+        ctx = build_context(live, workspace, args.tracker_url, args.model, store=store)
+
+        def done(runner: FleetRunner) -> bool:
+            conv = runner.conversations().get(cid)
+            if conv is None or message_id not in conv.state.view.events:
+                return False
+            return runner.idle and conv.status in STOP_STATUSES
+
+        runner = serve_until(ctx, done, RUN_TIMEOUT_S)
+        ctx.store.close()
+    conv = runner.at_exit.get(cid)
+    if conv is None or message_id not in conv.state.view.events or conv.status not in STOP_STATUSES:
+        raise InfraError(
+            f"conversation {cid} did not stop within {RUN_TIMEOUT_S:.0f}s "
+            "(is its inbox partition owned by another runner of this namespace?)"
         )
-        if args.conversation:
-            conv = runtime.load(args.conversation, args.tenant)
-        else:
-            conv = runtime.create(str(uuid.uuid4()), args.tenant)
-        conv.send_message(args.task)
-        status = conv.run()
-        publisher.flush()
-    for event in conv.state.log:
+    for event in conv.state.view.log:
         print(json.dumps(event.model_dump(mode="json")) if args.json else format_event(event))
     if not args.json:
-        print(f"conversation {conv.conversation_id}: {status}")
+        print(f"conversation {cid}: {conv.status}")
     return 0
+
+
+def send_task(settings: Settings, conversation_id: str, tenant_id: str, text: str) -> str:
+    """Put a user message on the conversation's inbox (durable); returns its id."""
+    message = InboxMessage(
+        id=str(uuid.uuid4()), conversation_id=conversation_id, tenant_id=tenant_id,
+        timestamp=datetime.now(UTC), command="message", content=text,
+    )  # fmt: skip
+    codec = make_codec(settings.schema_registry_url)
+    DurableProducer(settings).send(INBOX.name(settings.namespace), conversation_id, codec.encode(message))
+    return message.id
 
 
 def format_event(event: Event) -> str:

@@ -9,8 +9,6 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-import uuid
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -18,10 +16,9 @@ from infra.cli._common import UsageError, load_settings, require_broker
 from infra.procs import spawn, stop_group
 from infra.reader import read_topic
 from infra.settings import Settings
-from producers.publisher import EventPublisher
 from producers.status import STOP_STATUSES
-from schemas import Codec, InboxMessage, StateUpdateEvent, make_codec
-from schemas.topics import EVENTS, INBOX
+from schemas import Codec, StateUpdateEvent, make_codec
+from schemas.topics import EVENTS
 
 if TYPE_CHECKING:
     from infra.cli.demo import DemoParts
@@ -38,7 +35,11 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.add_argument("--tracker-url", metavar="URL", help="issue-tracker provider for create_issue/notify")
     p.add_argument("--model", help="litellm model (default: settings)")
     p.add_argument(
-        "--idle-exit", type=float, default=0.0, metavar="S", help="exit after S idle seconds (default: never)"
+        "--idle-exit",
+        type=float,
+        default=0.0,
+        metavar="S",
+        help="exit after S idle seconds, counted from the first assignment (default: never)",
     )
     p.set_defaults(func=_runner)
 
@@ -54,26 +55,15 @@ def _runner(args: argparse.Namespace) -> int:
     return serve(build_context(settings, workspace, args.tracker_url, args.model), args.idle_exit)
 
 
-def run_fleet_demo(settings: Settings, count: int, tracker_url: str, runners: int) -> DemoParts:
+def run_fleet_demo(
+    settings: Settings, count: int, tracker_url: str, runners: int, run_dir: Path
+) -> DemoParts:
     """The demo's conversations sent through the inbox and run by `runners` fleet runner processes."""
     from infra.cli import demo
 
     started = time.monotonic()
-    workspace = settings.data_dir.resolve() / "demo" / datetime.now(UTC).strftime("%Y%m%dT%H%M%S")
-    workspace.mkdir(parents=True, exist_ok=True)
+    workspace, ids = demo.send_tasks(settings, count, run_dir)
     codec = make_codec(settings.schema_registry_url)
-    publisher = EventPublisher(settings, codec)
-    ids = [f"demo-{uuid.uuid4().hex[:12]}" for _ in range(count)]
-    for index, cid in enumerate(ids, 1):
-        (workspace / f"notes-{index}.txt").write_text(
-            f"Notes {index}: the deploy of service {index} went fine."
-        )
-        inbox = InboxMessage(
-            id=str(uuid.uuid4()), conversation_id=cid, tenant_id="demo",
-            timestamp=datetime.now(UTC), command="message", content=demo.task(index),
-        )  # fmt: skip
-        publisher.publish(inbox, INBOX)
-    publisher.flush()
     argv = [
         sys.executable,
         "-m",
@@ -84,7 +74,10 @@ def run_fleet_demo(settings: Settings, count: int, tracker_url: str, runners: in
         tracker_url,
     ]
     logs = settings.data_dir.resolve() / "demo-runners"
-    procs = [spawn(argv, logs / f"runner-{i}.log", settings.to_env()) for i in range(runners)]
+    # The runners' snapshot store lives in the run's directory: the embedded broker does not
+    # outlive the command, so a store kept under the data dir would describe a broker gone.
+    env = settings.model_copy(update={"data_dir": run_dir}).to_env()
+    procs = [spawn(argv, logs / f"runner-{i}.log", env) for i in range(runners)]
     try:
         statuses = _wait_until_stopped(settings, codec, set(ids), started + 180)
     finally:

@@ -16,7 +16,7 @@ from infra.settings import Settings
 from producers.fleet.owner import FleetContext
 from producers.fleet.runner import FleetRunner, StopPoints
 from producers.fleet.store import SnapshotStore
-from producers.runner import build_runtime
+from producers.runtime import build_runtime
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -26,23 +26,36 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--tracker-url", help="issue-tracker provider base URL")
     p.add_argument("--model", help="litellm model (default: settings)")
     p.add_argument(
-        "--idle-exit", type=float, default=0.0, help="exit after this many idle seconds (0: never)"
+        "--idle-exit",
+        type=float,
+        default=0.0,
+        help="exit after this many idle seconds, counted from the first assignment (0: never)",
     )
     return p.parse_args(argv)
 
 
 def build_context(
-    settings: Settings, workspace: Path, tracker_url: str | None, model: str | None
+    settings: Settings,
+    workspace: Path,
+    tracker_url: str | None,
+    model: str | None,
+    *,
+    store: Path | None = None,
 ) -> FleetContext:
-    """The runtime, fault hooks and local snapshot store of one runner."""
-    runtime, _ = build_runtime(settings, workspace=workspace, tracker_url=tracker_url, model=model)
-    runtime.crash = StopPoints(settings.crash_at, settings.crash_tool, settings.crash_signal)
-    store = SnapshotStore(settings.data_dir / "fleet" / f"{settings.namespace}.sqlite")
-    return FleetContext(settings, runtime, store)
+    """The runtime, fault hooks and local snapshot store of one runner.
+
+    `store`: the snapshot store's file (default: one per namespace under the data dir). A broker
+    that does not outlive the command (the embedded one) needs a store of its own.
+    """
+    crash = StopPoints(settings.crash_at, settings.crash_tool, settings.crash_signal)
+    runtime = build_runtime(settings, workspace=workspace, tracker_url=tracker_url, model=model, crash=crash)
+    path = store or settings.data_dir / "fleet" / f"{settings.namespace}.sqlite"
+    return FleetContext(settings, runtime, SnapshotStore(path))
 
 
 def serve(ctx: FleetContext, idle_exit: float = 0.0) -> int:
-    """Serve until SIGTERM/SIGINT or `idle_exit` seconds without an inbox record."""
+    """Serve until SIGTERM/SIGINT, or `idle_exit` seconds without work (an assignment, a takeover,
+    an inbox record) once partitions were first assigned."""
     stopping = False
 
     def on_term(*_: object) -> None:
@@ -51,12 +64,10 @@ def serve(ctx: FleetContext, idle_exit: float = 0.0) -> int:
 
     signal.signal(signal.SIGTERM, on_term)
     signal.signal(signal.SIGINT, on_term)
-    last = [time.monotonic(), 0]
 
     def stop(runner: FleetRunner) -> bool:
-        if runner.handled != last[1]:
-            last[:] = [time.monotonic(), runner.handled]
-        return stopping or bool(idle_exit and time.monotonic() - last[0] > idle_exit)
+        last = runner.last_activity
+        return stopping or bool(idle_exit and last is not None and time.monotonic() - last > idle_exit)
 
     runner = FleetRunner(ctx)
     runner.emit("started", group=ctx.settings.group("runner"))

@@ -12,18 +12,20 @@ from dataclasses import dataclass
 
 from confluent_kafka import Consumer
 
+from infra.partitioner import partition_for
 from infra.settings import Settings
-from producers import _records as rec
-from producers.fleet.conversation import FleetConversation
+from producers.conversation import Conversation
 from producers.fleet.restore import PartitionTail, restore_partition
 from producers.fleet.sink import PartitionSink
-from producers.fleet.snapshot import build_snapshot, view_from_snapshot
+from producers.fleet.snapshot import build_snapshot, restored_positions, restored_state
 from producers.fleet.store import SnapshotStore
+from producers.positions import LogPositions
 from producers.publisher import Delivery, TransactionalPublisher
-from producers.runtime import Runtime, last_status
-from projections.errors import ProjectionError
-from projections.view import fold_all, initial
-from schemas import AvroModel, Codec, Event, LedgerRecord, MessageEvent, Snapshot
+from producers.runtime import Runtime
+from producers.state import ConversationState
+from projections.errors import ProjectionError, UnknownEventError
+from projections.view import ViewState, active_branch, path_to_root
+from schemas import AvroModel, Codec, Event, ForkEvent, InboxMessage, LedgerRecord, MessageEvent, Snapshot
 from schemas.errors import SchemaError
 from schemas.topics import INBOX
 
@@ -49,8 +51,11 @@ def transactional_id(settings: Settings, partition: int) -> str:
     return f"{settings.namespace}.runner.{partition}"
 
 
+Restored = tuple[ConversationState, LogPositions]
+
+
 class PartitionOwner:
-    """The single writer of one partition's conversations."""
+    """The single writer of one partition's conversations (and their `SnapshotBook`)."""
 
     def __init__(self, ctx: FleetContext, partition: int, consumer: Consumer | None) -> None:
         self.ctx = ctx
@@ -58,7 +63,7 @@ class PartitionOwner:
         self.transactional_id = transactional_id(ctx.settings, partition)
         self.publisher = TransactionalPublisher(ctx.settings, ctx.codec, self.transactional_id)
         self.sink = PartitionSink(self.publisher, consumer, INBOX.name(ctx.settings.namespace), partition)
-        self.conversations: dict[str, FleetConversation] = {}
+        self.conversations: dict[str, Conversation] = {}
         self.events_end = 0
         self.effects_end = 0
         self.report: dict[str, object] = {}
@@ -68,8 +73,12 @@ class PartitionOwner:
         """Rebuild every conversation of the partition from snapshots and tails."""
         tail = restore_partition(self.ctx.settings, self.ctx.codec, self.ctx.store, self.partition)
         self.events_end, self.effects_end = tail.events_end, tail.effects_end
-        for cid in {*tail.snapshots, *tail.events}:
-            self.conversations[cid] = self._rebuild(cid, tail)
+        restored = {cid: self._restored(cid, tail) for cid in {*tail.snapshots, *tail.events}}
+        for cid, (state, positions) in restored.items():
+            snap = tail.snapshots.get(cid)
+            tenant = state.view.tenant_id or (snap.tenant_id if snap else "")
+            prefix = self._fork_prefix(state.view, restored)
+            self.create(cid, tenant, state=state, positions=positions, prefix=prefix)
         self.report = {
             "partition": self.partition,
             "source": tail.source,
@@ -82,7 +91,7 @@ class PartitionOwner:
         }
         return self.report
 
-    def _rebuild(self, cid: str, tail: PartitionTail) -> FleetConversation:
+    def _restored(self, cid: str, tail: PartitionTail) -> Restored:
         snap = tail.snapshots.get(cid)
         raw = tail.events.get(cid, [])
         events: list[Event] = [self.ctx.codec.decode(b) for _, b in raw]  # type: ignore[misc]
@@ -94,80 +103,95 @@ class PartitionOwner:
                 logger.error(
                     "partition %d: skipped undecodable ledger record @%d: %s", self.partition, offset, exc
                 )
-        state = view_from_snapshot(snap, self.ctx.codec) if snap and snap.view_complete else initial(cid)
         try:
-            state = fold_all(state, events)
+            state = restored_state(cid, snap, events, [r for _, r in ledger], self.ctx.codec)
         except ProjectionError as exc:
             raise ProjectionError(f"restore of {cid} in partition {self.partition}: {exc}") from exc
-        conv = self.create(cid, state.tenant_id or (snap.tenant_id if snap else ""))
-        conv.state = state
-        conv._seq, conv._leaf = state.last_seq, state.active_leaf  # noqa: SLF001 - restored position
-        conv.status = (
-            last_status(events)
-            if any(e.kind == "state_update" for e in events)
-            else (snap.execution_status if snap else "idle")
-        )
-        for offset, record in ledger:
-            conv.book_ledger(offset, record)
-        if snap is not None:
-            conv.first_events_offset = snap.first_events_offset
-            conv.cost_base, conv.cost_seq = snap.total_cost, snap.last_seq
-            conv.events_position = (self.partition, snap.events_offset)
-        if raw:
-            conv.first_events_offset = conv.first_events_offset if snap else raw[0][0]
-            conv.events_restore_from = raw[0][0]
-            conv.events_position = (self.partition, raw[-1][0] + 1)
-            conv.events_since_snapshot = len(raw)
-        # Everything read is needed again by the next restore until a snapshot covers it.
-        conv.effects_restore_from = ledger[0][0] if ledger else None
-        return conv
+        return state, restored_positions(self.partition, snap, [o for o, _ in raw], ledger)
+
+    def _fork_prefix(
+        self, view: ViewState, restored: dict[str, Restored], depth: int = 0
+    ) -> tuple[Event, ...]:
+        """What a fork's agent read before it began: its source's path up to the fork point."""
+        fork = view.forks[-1] if len(view.forks) else None
+        if not isinstance(fork, ForkEvent) or depth > 8:
+            return ()
+        source = restored.get(fork.source_conversation_id)
+        source_view = source[0].view if source else self._read_elsewhere(fork.source_conversation_id)
+        if source_view is None:
+            logger.warning("fork %s: source %s not found", view.conversation_id, fork.source_conversation_id)
+            return ()
+        try:
+            path = path_to_root(source_view, fork.source_event_id)
+        except UnknownEventError:
+            # The fork point is off the source's stored path (condensed away): what its agent saw.
+            path = active_branch(source_view)
+        return (*self._fork_prefix(source_view, restored, depth + 1), *path)
+
+    def _read_elsewhere(self, cid: str) -> ViewState | None:
+        """The view of a conversation of another partition, read (never written) from its snapshot."""
+        partition = partition_for(cid, self.ctx.settings.partitions)
+        if partition == self.partition:
+            return None
+        tail = restore_partition(self.ctx.settings, self.ctx.codec, self.ctx.store, partition)
+        if cid not in tail.snapshots and cid not in tail.events:
+            return None
+        return self._restored(cid, tail)[0].view
 
     # -- conversations ------------------------------------------------------------------------
-    def create(self, cid: str, tenant_id: str) -> FleetConversation:
-        """A new conversation written through this partition's transactions."""
+    def create(
+        self,
+        cid: str,
+        tenant_id: str,
+        *,
+        state: ConversationState | None = None,
+        positions: LogPositions | None = None,
+        prefix: Sequence[Event] = (),
+    ) -> Conversation:
+        """A conversation written through this partition's transactions (new, or as restored)."""
         rt = self.ctx.runtime
-        conv = FleetConversation(
-            cid,
-            tenant_id,
-            rt.agent,
-            self.sink,
-            rt.llm,
-            runtime=self.ctx.settings.runtime,
-            secrets=rt.secrets,
-            crash=rt.crash,
-            book=self,
-        )
+        conv = Conversation(
+            cid, tenant_id, rt.agent, self.sink, rt.llm,
+            runtime=self.ctx.settings.runtime, secrets=rt.secrets, crash=rt.crash,
+            state=state, positions=positions, book=self, prefix=prefix,
+        )  # fmt: skip
         self.conversations[cid] = conv
         return conv
 
-    def interrupted(self) -> list[FleetConversation]:
+    def admit(self, inbox: InboxMessage) -> Conversation:
+        """The conversation an inbox record is for (created by its first record).
+
+        The one place an inbox record meets its conversation: a check that the record belongs
+        there (its tenant, issue 13) goes here and raises a data error, which the runner sends
+        to the DLQ with the record's offset.
+        """
+        conv = self.conversations.get(inbox.conversation_id)
+        return conv if conv is not None else self.create(inbox.conversation_id, inbox.tenant_id)
+
+    def interrupted(self) -> list[Conversation]:
         """Conversations whose run a crash or a handover cut short."""
         return [c for c in self.conversations.values() if needs_takeover(c)]
 
-    # -- PartitionBook ---------------------------------------------------------------------
-    def snapshot_record(self, conv: FleetConversation) -> Snapshot:
+    # -- SnapshotBook -------------------------------------------------------------------------
+    def snapshot_record(self, conv: Conversation) -> Snapshot:
         """The snapshot of `conv` with the restore offsets of the whole partition after it."""
-        others = [c for c in self.conversations.values() if c is not conv]
-        pending_events = [c.events_restore_from for c in others if c.events_restore_from is not None]
-        refold = conv.refold_offset()
-        pending_effects = [c.effects_restore_from for c in others if c.effects_restore_from is not None]
+        others = [c.positions for c in self.conversations.values() if c is not conv]
+        pending_events = [p.events_restore_from for p in others if p.events_restore_from is not None]
+        unobserved = {a.operation_id for a in conv.unobserved_actions()}
+        refold = conv.positions.refold_offset(conv.ledger, unobserved)
+        pending_effects = [p.effects_restore_from for p in others if p.effects_restore_from is not None]
         if refold is not None:
             pending_effects.append(refold)
         return build_snapshot(
-            conv,
-            rec.snapshot(conv),
+            conv.base_snapshot(),
+            conv.state.view,
             self.ctx.codec,
-            effects_offset=refold if refold is not None else conv.effects_position,
+            effects_offset=refold if refold is not None else conv.positions.effects_position,
             partition_events_offset=min(pending_events, default=self.events_end),
             partition_effects_offset=min(pending_effects, default=self.effects_end),
         )
 
-    def committed(
-        self,
-        conv: FleetConversation,  # noqa: ARG002 - part of the PartitionBook port
-        records: Sequence[AvroModel],
-        deliveries: list[Delivery],
-    ) -> None:
+    def committed(self, records: Sequence[AvroModel], deliveries: Sequence[Delivery]) -> None:
         """Advance the partition's ends; save committed snapshots in the local store."""
         saved = []
         for record, delivery in zip(records, deliveries, strict=False):
@@ -188,11 +212,12 @@ class PartitionOwner:
         self.publisher.producer.purge()
 
 
-def needs_takeover(conv: FleetConversation) -> bool:
+def needs_takeover(conv: Conversation) -> bool:
     """True when a run was due or under way: status running, or a user message not yet answered."""
     if conv.status == "running":
         return True
     if conv.status in ("waiting_for_confirmation", "waiting_for_human"):
         return False
-    leaf = conv.state.events.get(conv.state.active_leaf) if conv.state.active_leaf else None
+    view = conv.state.view
+    leaf = view.events.get(view.active_leaf) if view.active_leaf else None
     return isinstance(leaf, MessageEvent) and leaf.role == "user"

@@ -12,13 +12,12 @@ from __future__ import annotations
 
 import logging
 import time
-import uuid
 from dataclasses import dataclass, field
+from typing import Any
 
-from confluent_kafka import Consumer, KafkaError, Message, TopicPartition
+from confluent_kafka import Message, TopicPartition
 
-from infra.errors import InfraError
-from infra.kafka import common_config
+from infra.reader import read_to_end
 from infra.settings import Settings
 from producers.fleet.store import SnapshotStore
 from schemas import Codec, Snapshot
@@ -45,40 +44,19 @@ class PartitionTail:
     seconds: float = 0.0
 
 
-def read_to_end(
+# An empty fetch at a partition's end is held this long: restore reads several partitions to
+# their end on the critical path of a takeover. Snapshots with a view can be large.
+_READ: dict[str, Any] = {"fetch.wait.max.ms": 20, "receive.message.max.bytes": 200_000_000}
+
+
+def _read(
     settings: Settings, starts: list[TopicPartition]
 ) -> tuple[dict[str, list[Message]], dict[str, int]]:
     """Records of each topic-partition from its start to the end the fetch reports, and that end."""
-    consumer = Consumer(
-        {
-            **common_config(settings),
-            "group.id": f"{settings.namespace}.restore-{uuid.uuid4().hex[:8]}",
-            "enable.auto.commit": False,
-            "enable.partition.eof": True,
-            "isolation.level": "read_committed",
-            "fetch.wait.max.ms": 20,
-            "receive.message.max.bytes": 200_000_000,
-        }
-    )
-    out: dict[str, list[Message]] = {tp.topic: [] for tp in starts}
-    ends = {tp.topic: tp.offset for tp in starts}
-    pending = {tp.topic for tp in starts}
-    try:
-        consumer.assign(starts)
-        while pending:
-            for msg in consumer.consume(2000, 0.01):
-                err = msg.error()
-                if err is None:
-                    out[msg.topic()].append(msg)
-                    ends[msg.topic()] = msg.offset() + 1
-                elif err.code() == KafkaError._PARTITION_EOF:
-                    ends[msg.topic()] = max(ends[msg.topic()], msg.offset())
-                    pending.discard(msg.topic())
-                elif not err.retriable():
-                    raise InfraError(f"restore: reading {msg.topic()}[{msg.partition()}]: {err.str()}")
-    finally:
-        consumer.close()
-    return out, ends
+    found = read_to_end(settings, starts, purpose="restore", **_READ)
+    return {t: read.records for (t, _), read in found.items()}, {
+        t: read.end for (t, _), read in found.items()
+    }
 
 
 def _snapshots(
@@ -87,7 +65,7 @@ def _snapshots(
     """Fill `tail.snapshots`; returns the partition's newest snapshot (its offsets are the partition's)."""
     stored = store.load(partition)
     topic = STATE.name(settings.namespace)
-    found, ends = read_to_end(settings, [TopicPartition(topic, partition, stored.next_offset)])
+    found, ends = _read(settings, [TopicPartition(topic, partition, stored.next_offset)])
     newest: dict[str, tuple[int, bytes]] = dict(stored.snapshots)
     for msg in found[topic]:
         key = (msg.key() or b"").decode(errors="replace")
@@ -116,7 +94,7 @@ def restore_partition(
         if not snap.view_complete:
             events_from = min(events_from, max(snap.first_events_offset, 0))
     events, effects = EVENTS.name(settings.namespace), EFFECTS.name(settings.namespace)
-    found, ends = read_to_end(
+    found, ends = _read(
         settings,
         [TopicPartition(events, partition, events_from), TopicPartition(effects, partition, effects_from)],
     )

@@ -8,6 +8,7 @@ writer drops the partition and never writes for it again.
 
 from __future__ import annotations
 
+import io
 import json
 import logging
 import os
@@ -19,13 +20,15 @@ from typing import Any, TextIO
 
 from confluent_kafka import Consumer, KafkaError, Message, TopicPartition
 
+from infra.dlq import error_headers
 from infra.kafka import make_consumer
+from producers.conversation import Conversation
 from producers.crashpoints import CrashPoints
 from producers.errors import FencedError, PublishError
 from producers.fleet.owner import FleetContext, PartitionOwner
 from producers.inbox import apply_inbox
 from schemas import InboxMessage
-from schemas.errors import SchemaError
+from schemas.errors import ConvdbError, SchemaError
 from schemas.topics import DLQ, INBOX
 
 logger = logging.getLogger(__name__)
@@ -64,6 +67,11 @@ class FleetRunner:
         self._revoked: dict[int, PartitionOwner] = {}
         self._takeover: list[int] = []
         self.handled = 0
+        self.last_activity: float | None = None
+        """When the runner last did work (an assignment, a takeover, an inbox record); None
+        before its first assignment (joining the group can take a session timeout)."""
+        self.at_exit: dict[str, Conversation] = {}
+        """The conversations it owned when `serve` returned (their objects stay readable)."""
 
     def emit(self, event: str, **fields: Any) -> None:
         """One JSON status line on stdout (what tests and operators watch)."""
@@ -86,6 +94,7 @@ class FleetRunner:
                 reports.append(owner.restore())
             self.owners[p] = owner
             self._takeover.append(p)
+        self.last_activity = time.monotonic()
         self.emit("assigned", partitions=wanted, restored=reports)
 
     def _on_revoke(self, _consumer: Consumer, partitions: list[TopicPartition]) -> None:
@@ -105,14 +114,21 @@ class FleetRunner:
         self.emit("lost", partitions=sorted(tp.partition for tp in partitions))
 
     # -- the loop ------------------------------------------------------------------------------------
+    @property
+    def idle(self) -> bool:
+        """True when no takeover is pending (work the loop does before its next poll)."""
+        return not self._takeover
+
     def serve(self, stop: Callable[[FleetRunner], bool], poll_timeout: float = 0.2) -> None:
-        """Run until `stop(self)` is true (checked between records)."""
+        """Run until `stop(self)` is true (checked between records, once pending takeovers are done)."""
         self.consumer.subscribe(
             [self.inbox], on_assign=self._on_assign, on_revoke=self._on_revoke, on_lost=self._on_lost
         )
         try:
-            while not stop(self):
+            while True:
                 self._take_over()
+                if stop(self):
+                    break
                 msg = self.consumer.poll(poll_timeout)
                 if msg is None:
                     continue
@@ -121,9 +137,14 @@ class FleetRunner:
                     continue
                 self._guarded(msg.partition(), lambda m=msg: self.handle(m))
         finally:
+            self.at_exit = self.conversations()
             self.consumer.close()
             for owner in [*self.owners.values(), *self._revoked.values()]:
                 owner.close()
+
+    def conversations(self) -> dict[str, Conversation]:
+        """The conversations of the partitions this runner owns, by id."""
+        return {cid: c for owner in self.owners.values() for cid, c in owner.conversations.items()}
 
     def _take_over(self) -> None:
         while self._takeover:
@@ -136,6 +157,7 @@ class FleetRunner:
             for conv in convs:
                 if self._guarded(p, conv.resume if conv.unobserved_actions() else conv.run) is False:
                     break
+            self.last_activity = time.monotonic()
 
     def _guarded(self, partition: int, work: Callable[[], object]) -> bool:
         """Run work for a partition; on fencing drop it, on other publish errors rebuild it."""
@@ -173,36 +195,49 @@ class FleetRunner:
         self._takeover.append(partition)
 
     def handle(self, msg: Message) -> None:
-        """Apply one inbox record; its offset commits with the first transaction it causes."""
+        """Apply one inbox record; its offset commits with the first transaction it causes.
+
+        A record that does not decode, or that its conversation refuses (`PartitionOwner.admit`),
+        goes to the DLQ with its offset: one transaction, so it is dead-lettered exactly once.
+        """
         owner = self.owners[msg.partition()]
+        self.last_activity = time.monotonic()
         try:
-            inbox: InboxMessage = self.ctx.codec.decode(msg.value(), expect=(InboxMessage,))  # type: ignore[assignment]
-        except SchemaError as exc:
+            inbox = self.ctx.codec.decode(msg.value(), expect=(InboxMessage,))
+            if not isinstance(inbox, InboxMessage):
+                raise SchemaError(f"expected an InboxMessage, got {type(inbox).__name__}")
+            conv = owner.admit(inbox)
+        except ConvdbError as exc:
             self._dead_letter(owner, msg, exc)
             return
-        conv = owner.conversations.get(inbox.conversation_id) or owner.create(
-            inbox.conversation_id, inbox.tenant_id
-        )
-        conv.inbox_offset = msg.offset() + 1
+        conv.positions.inbox_offset = msg.offset() + 1
         owner.sink.attach_offset(msg.offset() + 1, inbox.id if inbox.command == "message" else None)
         apply_inbox(conv, inbox, self.ctx.runtime.crash)
         owner.sink.commit_offset()
         self.handled += 1
+        self.last_activity = time.monotonic()
 
-    def _dead_letter(self, owner: PartitionOwner, msg: Message, exc: SchemaError) -> None:
+    def _dead_letter(self, owner: PartitionOwner, msg: Message, exc: ConvdbError) -> None:
         logger.error(
-            "%s[%d]@%d: poison inbox record to the DLQ: %s", msg.topic(), msg.partition(), msg.offset(), exc
+            "%s[%d]@%d: inbox record to the DLQ: %s", msg.topic(), msg.partition(), msg.offset(), exc
         )
-        headers = [
-            ("convdb.error", f"{type(exc).__name__}: {exc}".encode()),
-            ("convdb.origin", f"{msg.topic()}[{msg.partition()}]@{msg.offset()}".encode()),
-        ]
+        headers = error_headers("runner", msg.topic(), msg.partition(), msg.offset(), exc)
         owner.sink.attach_offset(msg.offset() + 1)
-        key = (msg.key() or b"").decode(errors="replace")
-        owner.sink.dead_letter(DLQ.name(self.settings.namespace), key, msg.value() or b"", headers)
+        owner.sink.dead_letter(DLQ.name(self.settings.namespace), msg.key(), msg.value() or b"", headers)
 
     def _transport_error(self, msg: Message) -> None:
         err = msg.error()
         if err.code() == KafkaError._PARTITION_EOF or err.retriable():
             return
         logger.error("inbox consumer error: %s", err.str())
+
+
+def serve_until(
+    ctx: FleetContext, done: Callable[[FleetRunner], bool], timeout: float, out: TextIO | None = None
+) -> FleetRunner:
+    """A runner in this process (`convdb run`, `convdb demo`, tests) until `done(runner)`, or until
+    `timeout` seconds have passed; the caller reads what it needs from `runner.at_exit`."""
+    runner = FleetRunner(ctx, out=out or io.StringIO())
+    deadline = time.monotonic() + timeout
+    runner.serve(lambda r: done(r) or time.monotonic() > deadline)
+    return runner

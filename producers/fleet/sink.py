@@ -9,9 +9,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from confluent_kafka import Consumer, KafkaException, TopicPartition
+from confluent_kafka import Consumer, TopicPartition
 
-from infra.producer import transaction_error
 from producers.publisher import Delivery, TransactionalPublisher
 from schemas import AvroModel, EventEnvelope
 from schemas.topics import Topic
@@ -27,7 +26,6 @@ class PartitionSink:
         self.consumer = consumer
         self.inbox_topic = inbox_topic
         self.partition = partition
-        self.last_deliveries: list[Delivery] = []
         self._offset: int | None = None
         self._event_id: str | None = None
 
@@ -56,7 +54,6 @@ class PartitionSink:
         deliveries = self.publisher.publish_atomic(list(records), offsets, metadata)
         if offsets:
             self._offset = self._event_id = None
-        self.last_deliveries = deliveries
         return deliveries
 
     def commit_offset(self) -> None:
@@ -66,20 +63,16 @@ class PartitionSink:
         self._event_id = None
         self.write([])
 
-    def dead_letter(self, topic: str, key: str, value: bytes, headers: list[tuple[str, bytes]]) -> None:
-        """Write a poison record to the DLQ together with the pending inbox offset."""
-        producer = self.publisher.producer
+    def dead_letter(
+        self, topic: str, key: bytes | None, value: bytes, headers: list[tuple[str, bytes]]
+    ) -> None:
+        """Write a record to the DLQ together with the pending inbox offset (one transaction)."""
         offsets = self._offsets_for([]) if self._event_id is None else None
-        try:
-            producer.begin_transaction()
-            self.publisher.produce_raw(topic, key, value, headers)
-            if offsets and self.consumer is not None:
-                producer.send_offsets_to_transaction(offsets, self.consumer.consumer_group_metadata(), 30)
-            producer.commit_transaction(30)
-        except KafkaException as exc:
-            if exc.args[0].txn_requires_abort():
-                producer.abort_transaction(30)
-            raise transaction_error(self.publisher.transactional_id, "dead-letter commit", exc) from exc
-        finally:
-            self.publisher._pending.clear()  # noqa: SLF001 - delivered (or aborted) with the commit
+        metadata = self.consumer.consumer_group_metadata() if offsets and self.consumer else None
+        self.publisher.atomic(
+            lambda: self.publisher.produce_raw(topic, key, value, headers),
+            offsets,
+            metadata,
+            step="dead-letter commit",
+        )
         self._offset = None

@@ -1,4 +1,4 @@
-"""Snapshot contents: the base state plus the view, and the view rebuilt from a snapshot.
+"""Snapshot contents (the base state plus the view) and a conversation rebuilt from a snapshot + tail.
 
 The view is stored as the active branch the agent reads (condensations applied) plus the path
 from the last condensation on it to the active leaf, so a restore costs O(|view| + tail), not
@@ -9,16 +9,15 @@ conversation from its first event instead.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Sequence
 
 from immutables import Map
 from pyrsistent import pvector
 
+from producers.positions import LogPositions
+from producers.state import ConversationState, fold, initial
 from projections.view import ViewState
-from schemas import Codec, CondensationEvent, Event, ForkEvent, Snapshot
-
-if TYPE_CHECKING:
-    from producers.fleet.conversation import FleetConversation
+from schemas import Codec, CondensationEvent, Event, ForkEvent, LedgerRecord, Snapshot
 
 MAX_VIEW_BYTES = 512 * 1024
 """Above this the view is left out of the snapshot (records stay under librdkafka's 1 MB limit)."""
@@ -72,13 +71,52 @@ def view_from_snapshot(snapshot: Snapshot, codec: Codec) -> ViewState:
     )
 
 
-def build_snapshot(conv: FleetConversation, base: Snapshot, codec: Codec, **positions: int) -> Snapshot:
-    """`base` (the v1 fields) completed with the view, offsets and cost of a fleet conversation."""
-    return base.model_copy(
-        update={
-            **view_fields(conv.state, codec),
-            "first_events_offset": conv.first_events_offset,
-            "total_cost": conv.total_cost(),
-            **positions,
-        }
-    )
+def build_snapshot(base: Snapshot, view: ViewState, codec: Codec, **positions: int) -> Snapshot:
+    """`base` (the conversation's base state) completed with the view and the partition's offsets."""
+    return base.model_copy(update={**view_fields(view, codec), **positions})
+
+
+def restored_state(
+    conversation_id: str,
+    snapshot: Snapshot | None,
+    events: Sequence[Event],
+    ledger: Sequence[LedgerRecord],
+    codec: Codec,
+) -> ConversationState:
+    """The state of a conversation: its snapshot's (when it holds the view), then the tail folded.
+
+    Without a usable snapshot, `events` start at the conversation's first event (the restore
+    read from `first_events_offset`), so folding them from nothing gives the same state.
+    """
+    if snapshot is not None and snapshot.view_complete:
+        view = view_from_snapshot(snapshot, codec)
+        state = ConversationState(view, snapshot.execution_status, cost=snapshot.total_cost)
+    else:
+        state = initial(conversation_id)
+    for record in (*events, *ledger):
+        state = fold(state, record)
+    return state
+
+
+def restored_positions(
+    partition: int,
+    snapshot: Snapshot | None,
+    event_offsets: Sequence[int],
+    ledger: Sequence[tuple[int, LedgerRecord]],
+) -> LogPositions:
+    """Where a restored conversation's records are; everything read is needed again by the next
+    restore until a snapshot covers it."""
+    positions = LogPositions(inbox_offset=snapshot.inbox_offset if snapshot else -1)
+    for offset, record in ledger:
+        positions.read_back(offset, record)
+    if snapshot is not None:
+        positions.first_events_offset = snapshot.first_events_offset
+        positions.events_position = (partition, snapshot.events_offset)
+    if event_offsets:
+        if snapshot is None:
+            positions.first_events_offset = event_offsets[0]
+        positions.events_restore_from = event_offsets[0]
+        positions.events_position = (partition, event_offsets[-1] + 1)
+        positions.events_since_snapshot = len(event_offsets)
+    positions.effects_restore_from = ledger[0][0] if ledger else None
+    return positions

@@ -12,9 +12,9 @@ from typing import Any
 
 import pytest
 
+from infra.partitioner import partition_for
 from infra.settings import Settings
 from producers.fleet import transactional_id
-from producers.history import partition_for
 from producers.provider.process import ProviderProcess
 from producers.publisher import EventPublisher
 from schemas import ActionEvent, EffectConfirmed, InboxMessage, SingleObjectCodec, StateUpdateEvent

@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
+from infra.partitioner import partition_for
 from infra.settings import Settings
+from producers.conversation import Conversation
 from producers.fleet.__main__ import build_context
-from producers.fleet.conversation import FleetConversation
 from producers.fleet.owner import PartitionOwner
-from producers.history import partition_for
 from schemas import CondensationEvent, MessageEvent
 from tests.fleet._support import RunnerProc, fleet_settings, wait_for
 from tests.producers._support import events
@@ -24,24 +24,24 @@ BATCH = 200
 TAIL = 60
 
 
-def write_long_conversation(conv: FleetConversation, total: int) -> None:
+def write_long_conversation(conv: Conversation, total: int) -> None:
     """`total` events in transactions of BATCH; each batch ends with a condensation (a real condenser
     keeps the view bounded), then TAIL more events that no snapshot covers."""
     conv.send_message("a very long task")
-    while conv.state.last_seq < total - TAIL:
+    while conv.state.view.last_seq < total - TAIL:
 
         def batch() -> list[object]:
             out = []
             for i in range(BATCH - 1):
                 role, source = ("user", "user") if i % 2 else ("assistant", "agent")
                 out.append(conv.new(MessageEvent, source=source, role=role, content=f"turn {i} " + "x" * 80))
-            visible = [e.id for e in conv.state.visible][1:] + [e.id for e in out][:-20]
+            visible = [e.id for e in conv.state.view.visible][1:] + [e.id for e in out][:-20]
             out.append(
                 conv.new(
                     CondensationEvent,
                     source="agent",
                     forgotten_event_ids=tuple(visible),
-                    summary=f"summary up to seq {conv.state.last_seq + BATCH - 1}",
+                    summary=f"summary up to seq {conv.state.view.last_seq + BATCH - 1}",
                 )
             )
             return out
@@ -67,9 +67,9 @@ def test_a_10k_event_conversation_restores_from_its_snapshot_and_a_short_tail(
     conv = owner.create(cid, "t1")
     started = time.perf_counter()
     write_long_conversation(conv, 10_000)
-    print(f"\nwrote {conv.state.last_seq} events in {time.perf_counter() - started:.1f}s")
-    assert conv.state.last_seq >= 10_000
-    assert conv.events_since_snapshot == TAIL
+    print(f"\nwrote {conv.state.view.last_seq} events in {time.perf_counter() - started:.1f}s")
+    assert conv.state.view.last_seq >= 10_000
+    assert conv.positions.events_since_snapshot == TAIL
 
     # A new owner on this machine: local store + changelog tail (empty) + events tail.
     started = time.perf_counter()
@@ -80,13 +80,13 @@ def test_a_10k_event_conversation_restores_from_its_snapshot_and_a_short_tail(
     assert report["source"] == "local"
     assert report["tail_events"][cid] == TAIL <= K
     assert report["events_read"] <= K + 1
-    assert [e.id for e in restored.state.visible] == [e.id for e in conv.state.visible]
-    assert (restored.state.last_seq, restored.state.active_leaf) == (
-        conv.state.last_seq,
-        conv.state.active_leaf,
+    assert [e.id for e in restored.state.view.visible] == [e.id for e in conv.state.view.visible]
+    assert (restored.state.view.last_seq, restored.state.view.active_leaf) == (
+        conv.state.view.last_seq,
+        conv.state.view.active_leaf,
     )
     print(
-        f"resume (local store) of {conv.state.last_seq} events: {local_ms:.1f} ms "
+        f"resume (local store) of {conv.state.view.last_seq} events: {local_ms:.1f} ms "
         f"(restore {report['ms']} ms, events read {report['events_read']})"
     )
 

@@ -1,17 +1,24 @@
-"""Helpers for the agent-runtime tests: settings for child processes, reading records back."""
+"""Helpers for the agent-runtime tests: runner processes, the inbox, reading records back."""
 
 from __future__ import annotations
 
-import json
 import subprocess
 import sys
+import uuid
+from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from infra.producer import DurableProducer
 from infra.reader import read_topic
 from infra.settings import Settings
-from schemas import SingleObjectCodec
-from schemas.topics import EFFECTS, EVENTS, Topic
+from producers.conversation import Conversation
+from producers.publisher import EventPublisher
+from producers.runtime import Runtime, build_runtime
+from producers.sink import DurableSink
+from schemas import InboxMessage, SingleObjectCodec, StateUpdateEvent
+from schemas.topics import EFFECTS, EVENTS, INBOX, Topic
 
 
 def direct(settings: Settings, **runtime: Any) -> Settings:
@@ -21,19 +28,54 @@ def direct(settings: Settings, **runtime: Any) -> Settings:
     return settings.model_copy(update={"llm": llm, "runtime": rt})
 
 
-def runner_cmd(command: str, conversation: str, workspace: Path, tracker: str, task: str = "") -> list[str]:
-    """argv of `python -m producers.runner`."""
-    argv = [sys.executable, "-m", "producers.runner", command, *([task] if task else [])]
-    return argv + [
-        "--conversation",
-        conversation,
-        "--workspace",
-        str(workspace),
-        "--tracker-url",
-        tracker,
-        "--tenant",
-        "t1",
-    ]
+def runner_cmd(workspace: Path, tracker: str | None = None, idle_exit: float = 0.0) -> list[str]:
+    """argv of a fleet runner process (`python -m producers.fleet`), exiting when idle if asked."""
+    argv = [sys.executable, "-m", "producers.fleet", "--workspace", str(workspace)]
+    argv += ["--tracker-url", tracker] if tracker else []
+    return argv + (["--idle-exit", str(idle_exit)] if idle_exit else [])
+
+
+def send(
+    settings: Settings,
+    conversation: str,
+    content: str,
+    *,
+    command: str = "message",
+    tenant: str = "t1",
+    **fields: Any,
+) -> str:
+    """One inbox record (a user message unless `command` says otherwise), durable; returns its id."""
+    message = InboxMessage(
+        id=str(uuid.uuid4()), conversation_id=conversation, tenant_id=tenant,
+        timestamp=datetime.now(UTC), command=command, content=content, **fields,
+    )  # fmt: skip
+    DurableProducer(settings).send(INBOX.name(settings.namespace), conversation, CODEC.encode(message))
+    return message.id
+
+
+def final_status(settings: Settings, conversation: str) -> str | None:
+    """The last execution status the conversation's events record."""
+    updates = [e for e in events(settings, conversation) if isinstance(e, StateUpdateEvent)]
+    return updates[-1].execution_status if updates else None
+
+
+@dataclass
+class Standalone:
+    """Conversations over an idempotent sink, created directly (no runner owns them)."""
+
+    runtime: Runtime
+    sink: DurableSink
+
+    def create(self, conversation_id: str, tenant_id: str) -> Conversation:
+        """A new conversation."""
+        return self.runtime.create(conversation_id, tenant_id, self.sink)
+
+
+def standalone(settings: Settings, **build: Any) -> tuple[Standalone, EventPublisher]:
+    """The standard runtime (`build_runtime` arguments) and the publisher under its sink."""
+    runtime = build_runtime(settings, **build)
+    publisher = EventPublisher(settings, runtime.codec)
+    return Standalone(runtime, DurableSink(publisher)), publisher
 
 
 def start(argv: list[str], settings: Settings, **env: str) -> subprocess.Popen[str]:
@@ -48,13 +90,15 @@ def _base_env() -> dict[str, str]:
     return {k: v for k, v in os.environ.items() if not k.startswith("CONVDB_")}
 
 
+CODEC = SingleObjectCodec()
+
+
 def records(settings: Settings, topic: Topic, conversation: str | None = None) -> list[Any]:
     """Every decoded record of a topic (optionally of one conversation), per-partition order.
 
     Reads to the end the fetch reports (no waiting for a count).
     """
-    codec = SingleObjectCodec()
-    out = [codec.decode(m.value()) for m in read_topic(settings, topic.name(settings.namespace))]
+    out = [CODEC.decode(m.value()) for m in read_topic(settings, topic.name(settings.namespace))]
     return [r for r in out if conversation is None or r.conversation_id == conversation]
 
 
@@ -74,9 +118,3 @@ def events(settings: Settings, conversation: str) -> list[Any]:
 def ledger(settings: Settings, conversation: str) -> list[Any]:
     """The conversation's ledger records in log order."""
     return records(settings, EFFECTS, conversation)
-
-
-def last_json_line(text: str) -> dict[str, Any]:
-    """The last JSON line a runner printed."""
-    lines = [line for line in text.splitlines() if line.startswith("{")]
-    return json.loads(lines[-1]) if lines else {}

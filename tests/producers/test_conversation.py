@@ -6,15 +6,16 @@ from pathlib import Path
 
 import pytest
 
+from infra.partitioner import partition_for
 from infra.reader import read_topic
 from infra.settings import Settings
 from producers.agent import ConfirmationPolicy
-from producers.history import partition_for
+from producers.fleet.owner import FleetContext, PartitionOwner
+from producers.fleet.store import SnapshotStore
 from producers.provider.process import ProviderProcess
-from producers.runner import build_runtime
 from schemas import ActionEvent, AgentErrorEvent, LLMUsageEvent, ObservationEvent, UserRejectEvent
 from schemas.topics import ALL_TOPICS
-from tests.producers._support import direct, events
+from tests.producers._support import direct, events, standalone
 
 pytestmark = pytest.mark.kafka
 
@@ -46,7 +47,7 @@ def test_scripted_conversation_event_sequence_links_and_sources(
     settings: Settings, workspace: Path, tracker: ProviderProcess
 ) -> None:
     # The litellm path (mock_response, registered price): usage and cost come from litellm.
-    runtime, publisher = build_runtime(settings, workspace=workspace, tracker_url=tracker.url)
+    runtime, publisher = standalone(settings, workspace=workspace, tracker_url=tracker.url)
     conv = runtime.create("conv-seq", "t1")
     conv.send_message(TASK)
     assert conv.run() == "finished"
@@ -80,15 +81,15 @@ def test_scripted_conversation_event_sequence_links_and_sources(
 
 
 def test_partition_matches_the_producer(settings: Settings, workspace: Path) -> None:
-    runtime, publisher = build_runtime(direct(settings), workspace=workspace)
+    runtime, publisher = standalone(direct(settings), workspace=workspace)
     for i in range(8):
         conv = runtime.create(f"p-{i}", "t1")
         conv.send_message("hello")
-        assert conv.events_position[0] == partition_for(f"p-{i}", settings.partitions)
+        assert conv.positions.events_position[0] == partition_for(f"p-{i}", settings.partitions)
 
 
 def test_bad_tool_arguments_give_an_agent_error_not_a_crash(settings: Settings, workspace: Path) -> None:
-    runtime, publisher = build_runtime(direct(settings), workspace=workspace)
+    runtime, publisher = standalone(direct(settings), workspace=workspace)
     conv = runtime.create("conv-bad", "t1")
     conv.send_message('!write_file {"bogus": 1}\n!no_such_tool {}\n!read_file not-json')
     assert conv.run() == "finished"
@@ -101,7 +102,7 @@ def test_bad_tool_arguments_give_an_agent_error_not_a_crash(settings: Settings, 
 def test_secrets_never_reach_any_topic(settings: Settings, workspace: Path, tracker: ProviderProcess) -> None:
     secret = "s3cr3t-VALUE-42"
     (workspace / "notes.txt").write_text(f"token={secret}")
-    runtime, publisher = build_runtime(
+    runtime, publisher = standalone(
         direct(settings), workspace=workspace, tracker_url=tracker.url, secrets={"API_TOKEN": secret}
     )
     conv = runtime.create("conv-secret", "t1")
@@ -121,7 +122,7 @@ def test_secrets_never_reach_any_topic(settings: Settings, workspace: Path, trac
 
 def test_confirmation_policy_waits_then_runs_or_rejects(settings: Settings, workspace: Path) -> None:
     policy = ConfirmationPolicy(mode="risky", threshold="low")
-    runtime, publisher = build_runtime(direct(settings), workspace=workspace, confirmation=policy)
+    runtime, publisher = standalone(direct(settings), workspace=workspace, confirmation=policy)
     conv = runtime.create("conv-confirm", "t1")
     conv.send_message('!write_file {"path": "a.txt", "content": "A"}')
     assert conv.run() == "waiting_for_confirmation"
@@ -139,7 +140,7 @@ def test_confirmation_policy_waits_then_runs_or_rejects(settings: Settings, work
 
 
 def test_parallel_actions_run_concurrently_each_with_its_ledger(settings: Settings, workspace: Path) -> None:
-    runtime, publisher = build_runtime(direct(settings, action_concurrency=4), workspace=workspace)
+    runtime, publisher = standalone(direct(settings, action_concurrency=4), workspace=workspace)
     conv = runtime.create("conv-par", "t1")
     calls = ['!write_file {"path": "f0.txt", "content": "0"}']
     calls += [f'+write_file {{"path": "f{i}.txt", "content": "{i}"}}' for i in range(1, 6)]
@@ -151,18 +152,18 @@ def test_parallel_actions_run_concurrently_each_with_its_ledger(settings: Settin
 
 
 def test_stuck_and_max_iterations_stop_the_run(settings: Settings, workspace: Path) -> None:
-    runtime, _ = build_runtime(direct(settings, max_iterations=10), workspace=workspace)
+    runtime, _ = standalone(direct(settings, max_iterations=10), workspace=workspace)
     conv = runtime.create("conv-long", "t1")
     conv.send_message("\n".join(f'!read_file {{"path": "notes.txt", "n": {i}}}' for i in range(5)))
     assert conv.run() == "stuck"  # the same bad call three times in a row
-    runtime, _ = build_runtime(direct(settings, max_iterations=3), workspace=workspace)
+    runtime, _ = standalone(direct(settings, max_iterations=3), workspace=workspace)
     conv2 = runtime.create("conv-iter", "t1")
     conv2.send_message("\n".join(f'!write_file {{"path": "n{i}.txt", "content": "x"}}' for i in range(5)))
     assert conv2.run() == "error"
 
 
 def test_fork_records_the_source_and_shared_workspace(settings: Settings, workspace: Path) -> None:
-    runtime, _ = build_runtime(direct(settings), workspace=workspace)
+    runtime, _ = standalone(direct(settings), workspace=workspace)
     conv = runtime.create("conv-src", "t1")
     conv.send_message("hello")
     conv.run()
@@ -171,6 +172,10 @@ def test_fork_records_the_source_and_shared_workspace(settings: Settings, worksp
     assert child.run() == "finished"
     fork = events(settings, "conv-fork")[0]
     assert fork.kind == "fork" and fork.source_conversation_id == "conv-src"
-    assert fork.workspace_shared is True and fork.source_event_id == conv.state.active_leaf
-    restored = runtime.load("conv-fork", "t1")
+    assert fork.workspace_shared is True and fork.source_event_id == conv.state.view.active_leaf
+    # A runner that takes the fork's partition over restores it with its source's history.
+    ctx = FleetContext(settings, runtime.runtime, SnapshotStore(workspace.parent / "fleet.sqlite"))
+    owner = PartitionOwner(ctx, partition_for("conv-fork", settings.partitions), None)
+    owner.restore()
+    restored = owner.conversations["conv-fork"]
     assert [e.kind for e in restored.view()][:2] == ["system_prompt", "message"]  # the source's history

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import signal
+import subprocess
 import uuid
 from datetime import UTC, datetime
 from pathlib import Path
@@ -13,7 +14,7 @@ from infra.settings import Settings
 from producers.publisher import EventPublisher
 from schemas import InboxMessage, MessageEvent, SingleObjectCodec
 from schemas.topics import DLQ, EVENTS, INBOX
-from tests.producers._support import by_conversation, direct, records, start
+from tests.producers._support import by_conversation, direct, records, runner_cmd, start
 
 pytestmark = pytest.mark.kafka
 
@@ -31,11 +32,9 @@ def send(publisher: EventPublisher, conversation: str, text: str) -> str:
     return msg.id
 
 
-def serve(settings: Settings, workspace: Path, idle_exit: float, **env: str):  # type: ignore[no-untyped-def]
-    import sys
-
-    argv = [sys.executable, "-m", "producers.runner", "serve", "--workspace", str(workspace)]
-    return start([*argv, "--idle-exit", str(idle_exit)], settings, **env)
+def serve(settings: Settings, workspace: Path, idle_exit: float, **env: str) -> subprocess.Popen[str]:
+    """A fleet runner process that exits after `idle_exit` idle seconds."""
+    return start(runner_cmd(workspace, idle_exit=idle_exit), settings, **env)
 
 
 def test_messages_before_start_and_during_a_crash_are_appended_once_in_order(

@@ -19,6 +19,7 @@ from infra.procs import free_port, spawn, stop_group, tail, wait_for_port
 from infra.settings import Settings
 from schemas.topics import ALL_TOPICS
 from tests.conftest import BrokerInfo, wait_until
+from tests.producers._support import runner_cmd, send
 
 RECEIPT_SECRET = "tracker-test-secret"
 
@@ -155,14 +156,17 @@ class System:
     runs: int = 0
 
     def runner(self, command: str, conversation: str, task: str = "", **crash: str) -> Proc:
-        """A `python -m producers.runner` process (started); `crash_at`/`crash_tool` arm a crash point."""
+        """A fleet runner process (started); `crash_at`/`crash_tool` arm a crash point.
+
+        `run`: `task` goes to the conversation's inbox first. `resume`: the runner takes the
+        partition over, resumes what was interrupted and exits once idle. `serve`: until stopped.
+        """
         self.runs += 1
         settings = self.settings.model_copy(update=crash)
-        argv = [
-            sys.executable, "-m", "producers.runner", command, *([task] if task else []),
-            "--conversation", conversation, "--tenant", "acme",
-            "--workspace", str(self.dir / "workspace"), "--tracker-url", self.provider_url,
-        ]  # fmt: skip
+        if command == "run":
+            send(settings, conversation, task, tenant="acme")
+        idle = {"run": 60.0, "resume": 2.0, "serve": 0.0}[command]
+        argv = runner_cmd(self.dir / "workspace", self.provider_url, idle_exit=idle)
         env = {**settings.to_env(), "LITELLM_LOCAL_MODEL_COST_MAP": "True"}
         return Proc(argv, self.dir / f"runner-{self.runs}.log", env).start()
 
