@@ -11,10 +11,10 @@ import pytest
 from confluent_kafka.admin import NewTopic
 
 from infra.kafka import apply_topics, make_admin
+from infra.partitioner import partition_for
 from infra.settings import Settings
 from producers.fleet.__main__ import build_context
 from producers.fleet.owner import PartitionOwner
-from producers.history import partition_for
 from schemas import MessageEvent, Snapshot
 from schemas.topics import STATE
 from tests.conftest import BrokerInfo, wait_until
@@ -71,7 +71,7 @@ def test_restore_from_a_compacted_state_topic(
             ]
         )
         time.sleep(0.15)  # older than segment.ms: the next snapshot rolls a new segment
-    newest = conv.state.last_seq
+    newest = conv.state.view.last_seq
     conv.commit(lambda: [conv.new(MessageEvent, source="agent", role="assistant", content="uncovered")])
 
     if broker.capabilities.compaction:
@@ -101,7 +101,7 @@ def test_restore_from_a_compacted_state_topic(
     again = PartitionOwner(ctx, partition, None)  # the runner process fenced `owner`
     again.restore()
     restored = again.conversations[cid]
-    assert restored.state.last_seq == newest + 1
+    assert restored.state.view.last_seq == newest + 1
     assert restored.send_message("one more thing") and restored.run() == "finished"
     seqs_written = [e.seq for e in events(settings, cid)]
     assert seqs_written == list(range(1, len(seqs_written) + 1))

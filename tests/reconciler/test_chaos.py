@@ -1,6 +1,6 @@
 """Randomized chaos: conversations with keyed side effects while runners and the reconciler are killed.
 
-Runners (`python -m producers.runner serve`, one inbox-group member at a time) are armed with
+Runners (fleet runner processes, `python -m producers.fleet`, one at a time) are armed with
 a random crash point and SIGKILL themselves there; the reconciler is SIGKILLed at random
 moments and restarted. At the end: provider mutations == confirmed operations, zero
 duplicate mutations, zero operations executing past their deadline, and every reader folds
