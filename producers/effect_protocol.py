@@ -138,7 +138,7 @@ class EffectProtocol:
         verdict = settle(state, lookup)
         if verdict.action == "confirm":
             found = ToolResult(verdict.result, verdict.provider_receipt)
-            return self.backfill(action, rec.confirmed(self.writer, action, found, origin="lookup"))
+            return self.backfill(action, rec.learned(self.writer, action, found, "lookup"))
         if verdict.action == "retry":
             logger.info(
                 "retrying %s (attempt %d): %s", action.operation_id, state.attempt + 1, verdict.detail
@@ -193,4 +193,4 @@ class EffectProtocol:
         # A receipt proves the call was made, so its proposal was durable: a ledger that lacks it
         # was read from after it, and the proposal is recorded again (a no-op for every reader).
         proposal = self.proposals([action]) if state.status is None else []
-        return self.backfill(action, *proposal, rec.outcome(self.writer, action, result, "receipt"))
+        return self.backfill(action, *proposal, rec.learned(self.writer, action, result, "receipt"))

@@ -8,6 +8,7 @@ from typing import Any
 
 from producers.tools.base import Operation, ToolResult
 from producers.writer import ConversationWriter
+from projections.effects import transition_id
 from schemas import (
     ActionEvent,
     EffectConfirmed,
@@ -75,6 +76,19 @@ def outcome(
     if result.is_error:
         return failed(writer, action, result.content, origin)
     return confirmed(writer, action, result, origin)
+
+
+def learned(
+    writer: ConversationWriter, action: ActionEvent, result: ToolResult, origin: LedgerOrigin
+) -> EffectConfirmed | EffectFailed:
+    """The outcome learned from evidence (a lookup, a receipt), with the reconciler's id for it.
+
+    The reconciler may learn the same outcome from the same evidence at the same time (its table
+    lags what the runner wrote): with one id for the transition, readers keep one of the two.
+    """
+    record = outcome(writer, action, result, origin)
+    key = "failed" if result.is_error else "confirmed"
+    return record.model_copy(update={"id": transition_id(action.operation_id, key)})
 
 
 def unknown(writer: ConversationWriter, action: ActionEvent, reason: str, evidence: str) -> EffectUnknown:

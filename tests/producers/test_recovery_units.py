@@ -27,6 +27,7 @@ from producers.secrets import SecretsRegistry
 from producers.state import ConversationState, fold, initial
 from producers.tools.base import Operation, Tool, ToolArgs, ToolResult
 from producers.writer import Place, Services
+from projections.effects import transition_id
 from projections.settlement import MAX_ATTEMPTS
 from schemas import (
     ActionEvent,
@@ -214,6 +215,8 @@ def test_settle_confirms_what_the_lookup_finds_without_calling_again(
     (confirmed,) = writer.written(EffectConfirmed)
     assert obs.backfilled and obs.content == "found it" and obs.provider_receipt == f"rcpt-{act.operation_id}"
     assert confirmed.origin == "lookup" and writer.records[-2:] == [obs, confirmed]  # one write
+    # The reconciler's id for this transition: readers keep one if it learns the same at once.
+    assert confirmed.id == transition_id(act.operation_id, "confirmed")
     assert tool.calls(act.operation_id) == 0 and writer.state.ledger[act.operation_id].status == "confirmed"
 
 
