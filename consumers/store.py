@@ -22,8 +22,9 @@ import sqlalchemy as sa
 from sqlalchemy import event
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Connection, Engine
-from sqlalchemy.exc import ArgumentError, IntegrityError, SQLAlchemyError
+from sqlalchemy.exc import ArgumentError, SQLAlchemyError
 
+from consumers._bulk import bulk_insert, insert_new  # noqa: F401 - re-exported: part of the store API
 from consumers.errors import StoreError
 
 if TYPE_CHECKING:
@@ -78,7 +79,7 @@ def open_engine(url: str, *, writer: bool = True) -> Engine:
     if backend == "sqlite":
         return _sqlite_engine(parsed, writer)
     if backend == "postgresql":
-        return sa.create_engine(parsed, pool_pre_ping=True, insertmanyvalues_page_size=2000)
+        return _postgres_engine(parsed, writer)
     raise StoreError(f"unsupported store {backend!r} in {url!r}: use sqlite:/// or postgresql://")
 
 
@@ -120,6 +121,23 @@ def _sqlite_engine(url: sa.URL, writer: bool) -> Engine:
     return engine
 
 
+def _postgres_engine(url: sa.URL, writer: bool) -> Engine:
+    engine = sa.create_engine(url, pool_pre_ping=True, insertmanyvalues_page_size=2000)
+    if writer:
+
+        @event.listens_for(engine, "connect")
+        def _connect(dbapi_connection: Any, _record: Any) -> None:
+            # As SQLite's synchronous=NORMAL: a commit returns before its WAL record is flushed.
+            # A server or OS crash can lose the last commits (never part of one, never corrupt
+            # anything); rows and offsets are lost together, so the runner replays them:
+            # exactly-once holds. Measured: the sink's commit waited on the flush most of its time.
+            with dbapi_connection.cursor() as cursor:
+                cursor.execute("SET synchronous_commit = off")
+            dbapi_connection.commit()
+
+    return engine
+
+
 def insert_for(conn: Connection, table: sa.Table) -> Any:
     """The dialect's INSERT construct (it has `on_conflict_do_*` on both backends)."""
     if conn.dialect.name == "postgresql":
@@ -148,130 +166,6 @@ def insert_ignore(
     if rows:
         stmt = insert_for(conn, table).on_conflict_do_nothing(index_elements=list(keys))
         conn.execute(stmt, list(rows))
-
-
-_SQL_CACHE: dict[tuple[str, str, tuple[str, ...], tuple[str, ...] | None], str] = {}
-
-
-def bulk_insert(
-    conn: Connection,
-    table: sa.Table,
-    columns: Sequence[str],
-    rows: Sequence[tuple[Any, ...]],
-    ignore_conflicts_on: Sequence[str] | None = None,
-) -> None:
-    """executemany of positional rows straight to the driver: the hot path (no per-row ORM work).
-
-    With `ignore_conflicts_on`, rows whose key already exists are skipped.
-    """
-    if not rows:
-        return
-    dialect = conn.dialect.name
-    if dialect == "postgresql":
-        _copy_insert(conn, table, columns, rows, ignore_conflicts_on)
-        return
-    keys = tuple(ignore_conflicts_on) if ignore_conflicts_on else None
-    cache_key = (dialect, table.name, tuple(columns), keys)
-    sql = _SQL_CACHE.get(cache_key)
-    if sql is None:
-        quote = conn.dialect.identifier_preparer.quote
-        names = ", ".join(quote(c) for c in columns)
-        marks = ", ".join(["?" if dialect == "sqlite" else "%s"] * len(columns))
-        sql = f"INSERT INTO {quote(table.name)} ({names}) VALUES ({marks})"
-        if keys:
-            sql += f" ON CONFLICT ({', '.join(quote(k) for k in keys)}) DO NOTHING"
-        _SQL_CACHE[cache_key] = sql
-    conn.exec_driver_sql(sql, list(rows))
-
-
-def insert_new(
-    conn: Connection, table: sa.Table, columns: Sequence[str], rows: Sequence[tuple[Any, ...]]
-) -> bool:
-    """`bulk_insert` under a savepoint; False, with nothing inserted, when a row's unique key exists."""
-    if not rows:
-        return True
-    savepoint = conn.begin_nested()
-    try:
-        bulk_insert(conn, table, columns, rows)
-    except Exception as exc:
-        if not _is_duplicate_key(exc):
-            raise
-        savepoint.rollback()
-        return False
-    savepoint.commit()
-    return True
-
-
-def _is_duplicate_key(exc: BaseException) -> bool:
-    if isinstance(exc, IntegrityError):
-        return True
-    # COPY on PostgreSQL goes through the driver's cursor: its error is psycopg's own.
-    try:
-        from psycopg.errors import UniqueViolation
-    except ImportError:  # pragma: no cover - psycopg is a dependency
-        return False
-    return isinstance(exc, UniqueViolation)
-
-
-def _copy_insert(
-    conn: Connection,
-    table: sa.Table,
-    columns: Sequence[str],
-    rows: Sequence[tuple[Any, ...]],
-    ignore_conflicts_on: Sequence[str] | None,
-) -> None:
-    # COPY is several times faster than executemany on PostgreSQL. With a conflict key, the rows
-    # are first COPYed straight into the table under a savepoint (a re-delivered row is rare);
-    # only when that hits the key are they staged and inserted with ON CONFLICT DO NOTHING.
-    if not ignore_conflicts_on:
-        _copy(conn, table.name, columns, rows)
-        return
-    from psycopg.errors import UniqueViolation
-
-    savepoint = conn.begin_nested()
-    try:
-        _copy(conn, table.name, columns, rows)
-    except UniqueViolation:
-        savepoint.rollback()
-        _staged_insert(conn, table, columns, rows, ignore_conflicts_on)
-    else:
-        savepoint.commit()
-
-
-def _copy(conn: Connection, name: str, columns: Sequence[str], rows: Sequence[tuple[Any, ...]]) -> None:
-    quote = conn.dialect.identifier_preparer.quote
-    names = ", ".join(quote(c) for c in columns)
-    cursor = conn.connection.cursor()
-    try:
-        with cursor.copy(f"COPY {quote(name)} ({names}) FROM STDIN") as copy:  # type: ignore[attr-defined]
-            for row in rows:
-                copy.write_row(row)
-    finally:
-        cursor.close()
-
-
-def _staged_insert(
-    conn: Connection,
-    table: sa.Table,
-    columns: Sequence[str],
-    rows: Sequence[tuple[Any, ...]],
-    keys: Sequence[str],
-) -> None:
-    # Through a per-session staging table, then one INSERT ... SELECT ... ON CONFLICT.
-    quote = conn.dialect.identifier_preparer.quote
-    names = ", ".join(quote(c) for c in columns)
-    target, stage = quote(table.name), f"stage_{table.name}"
-    conn.exec_driver_sql(
-        f"CREATE TEMP TABLE IF NOT EXISTS {quote(stage)} ON COMMIT DELETE ROWS AS "
-        f"SELECT {names} FROM {target} WITH NO DATA"
-    )
-    _copy(conn, stage, columns, rows)
-    conflict = ", ".join(quote(k) for k in keys)
-    conn.exec_driver_sql(
-        f"INSERT INTO {target} ({names}) SELECT {names} FROM {quote(stage)} "
-        f"ON CONFLICT ({conflict}) DO NOTHING"
-    )
-    conn.exec_driver_sql(f"DELETE FROM {quote(stage)}")
 
 
 SCHEMA_LOCK = 0x636F6E76  # "conv": one PostgreSQL advisory lock id for every schema change

@@ -17,7 +17,7 @@ class IndexConsumer(TableProjector):
     """Projector `index`: one row per event id; a re-delivered event id is ignored."""
 
     name = "index"
-    version = 4
+    version = 5
     metadata = metadata
     digest_of = (DigestOf(events, ("event_id",), ("seq", "event_id")),)
 
