@@ -14,6 +14,8 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
+import sqlalchemy as sa
+
 from bench.common import BenchContext, BenchError, Figures, drop_namespace, median
 from bench.sink import interleaved, present_projectors
 from consumers.archive import ArchiveConsumer
@@ -50,6 +52,11 @@ class ReadSide:
         for part in self.parts:
             topics += [t for t in part.topics if t not in topics]
         self.topics = tuple(topics)
+        self.metadata = sa.MetaData()
+        """Every part's declared tables (a replay builds their secondary indexes after loading)."""
+        for part in self.parts:
+            for table in getattr(part, "metadata", sa.MetaData()).sorted_tables:
+                table.to_metadata(self.metadata)
 
     def create(self, connection: Any) -> None:
         """Create every part's tables."""
