@@ -4,14 +4,20 @@ The archive is filled by the real archive consumer (`consumers.archive.ArchiveCo
 `file://` target: the object layout and Avro container files of S3, without a server's cost).
 Each rebuild plans and runs `consumers.archive.replay` into a fresh SQLite store, with the three
 projectors hosted as one (one decode and one transaction per batch, as `convdb consume all`
-runs them). Timed from the plan to the last commit. Both rebuilds must agree digest for digest.
+runs them), in one process and with the partitions spread over one worker process per core
+(`consumers.archive.parallel`, as `convdb replay --processes N`). Timed from the plan to the
+last commit (deferred indexes built, worker start included). All rebuilds of a run must agree
+digest for digest.
 """
 
 from __future__ import annotations
 
+import functools
+import os
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 import sqlalchemy as sa
@@ -19,6 +25,7 @@ import sqlalchemy as sa
 from bench.common import BenchContext, BenchError, Figures, drop_namespace, median
 from bench.sink import interleaved, present_projectors
 from consumers.archive import ArchiveConsumer
+from consumers.archive.parallel import replay_parallel
 from consumers.archive.reader import ArchiveReader
 from consumers.archive.replay import open_store, plan_replay, replay
 from consumers.archive.sources import Source, Window
@@ -30,13 +37,22 @@ from infra.settings import Settings
 from schemas import make_codec
 from schemas.topics import EVENTS, Topic
 
+PROCESSES = max(2, os.cpu_count() or 2)
+"""Worker processes of the parallel rebuild: one per core."""
+
 FIGURES = {
-    "replay_kafka_events_per_s": ("replay: rebuild views+index+stats from Kafka", "events/s", ">= 50k"),
-    "replay_archive_events_per_s": (
-        "replay: rebuild views+index+stats from the archive",
+    "replay_kafka_events_per_s": (
+        f"replay: rebuild views+index+stats from Kafka, {PROCESSES} processes",
         "events/s",
         ">= 50k",
     ),
+    "replay_archive_events_per_s": (
+        f"replay: rebuild views+index+stats from the archive, {PROCESSES} processes",
+        "events/s",
+        ">= 50k",
+    ),
+    "replay_kafka_1p_events_per_s": ("replay from Kafka, one process (context)", "events/s", ""),
+    "replay_archive_1p_events_per_s": ("replay from the archive, one process (context)", "events/s", ""),
 }
 
 
@@ -81,9 +97,14 @@ class ReadSide:
         """Nothing: a replay makes no effects."""
 
 
+def read_side(names: Sequence[str], settings: Settings) -> ReadSide:
+    """The projectors called `names` hosted as one (picklable through `functools.partial`)."""
+    return ReadSide([load(n, settings) for n in names])
+
+
 def run(ctx: BenchContext) -> Figures:
-    """Median events/s of a full rebuild from each source over `ctx.repeats` runs."""
-    count = ctx.pick(20_000, 100_000)
+    """Median events/s of a full rebuild from each source, one process and parallel."""
+    count = ctx.pick(100_000, 1_000_000)
     settings = ctx.fresh("replay", (EVENTS,))
     settings = settings.model_copy(
         update={
@@ -93,34 +114,40 @@ def run(ctx: BenchContext) -> Figures:
             ),
         }
     )
+    cases = [(source, p) for p in (PROCESSES, 1) for source in ("kafka", "archive")]
+    rates: dict[tuple[str, int], list[float]] = {case: [] for case in cases}
+    plans: dict[str, list[float]] = {"kafka": [], "archive": []}
     try:
         fill_topic(settings, interleaved(count))
-        fill_archive(settings, count)
-        projector = ReadSide([load(n, settings) for n in present_projectors(ctx)])
+        fill_archive(settings, count, timeout=max(120.0, count / 1000))
+        make = functools.partial(read_side, present_projectors(ctx), settings)
         target, prefix = open_target(settings)
         reader = ArchiveReader(target, prefix)
-        rates: dict[str, list[float]] = {"kafka": [], "archive": []}
-        plans: dict[str, list[float]] = {"kafka": [], "archive": []}
-        digests: dict[str, dict[str, str]] = {}
         for i in range(ctx.repeats):
-            for source in ("kafka", "archive"):
-                url = f"sqlite:///{settings.data_dir / f'replay-{source}-{i}.db'}"
-                seconds, planned, digests[source] = rebuild(settings, projector, url, source, reader, count)
-                rates[source].append(count / seconds)
+            digests: list[dict[str, str]] = []
+            for source, processes in cases:
+                url = f"sqlite:///{settings.data_dir / f'replay-{source}-{processes}-{i}.db'}"
+                seconds, planned, digest = rebuild(settings, make, url, source, reader, count, processes)
+                rates[(source, processes)].append(count / seconds)
                 plans[source].append(planned * 1000)
-            if digests["kafka"] != digests["archive"]:
-                raise BenchError("replay: the rebuilds from Kafka and from the archive differ")
+                digests.append(digest)
+                Path(url.removeprefix("sqlite:///")).unlink()
+            if any(d != digests[0] for d in digests):
+                raise BenchError("replay: the rebuilds (Kafka, archive, one or more processes) differ")
         reader.close()
     finally:
         drop_namespace(settings)
     ctx.notes.append(
-        f"replay: {count:,} events over 100 conversations into a fresh SQLite store per run; of each "
-        f"rebuild, planning took {median(plans['kafka']):.0f} ms (Kafka: fetch-reported ends) and "
+        f"replay: {count:,} events over 100 conversations on {settings.partitions} partitions into a "
+        f"fresh SQLite store per run, one process and {PROCESSES} worker processes; of each rebuild, "
+        f"planning took {median(plans['kafka']):.0f} ms (Kafka: fetch-reported ends) and "
         f"{median(plans['archive']):.0f} ms (archive listing)"
     )
     return {
-        "replay_kafka_events_per_s": median(rates["kafka"]),
-        "replay_archive_events_per_s": median(rates["archive"]),
+        "replay_kafka_events_per_s": median(rates[("kafka", PROCESSES)]),
+        "replay_archive_events_per_s": median(rates[("archive", PROCESSES)]),
+        "replay_kafka_1p_events_per_s": median(rates[("kafka", 1)]),
+        "replay_archive_1p_events_per_s": median(rates[("archive", 1)]),
     }
 
 
@@ -154,22 +181,34 @@ def fill_archive(settings: Settings, count: int, timeout: float = 120.0) -> None
 
 
 def rebuild(
-    settings: Settings, projector: ReadSide, url: str, source: Source, reader: ArchiveReader, count: int
+    settings: Settings,
+    make: Callable[[], ReadSide],
+    url: str,
+    source: Source,
+    reader: ArchiveReader,
+    count: int,
+    processes: int,
 ) -> tuple[float, float, dict[str, str]]:
     """Seconds of one rebuild (plan + replay) into a fresh store, of its plan, and the store's digests."""
-    engine = open_store(url)
+    projector = make()
     window = Window(from_offset=0)
-    codec = make_codec(settings.schema_registry_url)
     started = time.perf_counter()
     segments = plan_replay(settings, projector, window, source, reader if source == "archive" else None)
     planned = time.perf_counter() - started
-    result = replay(settings, projector, engine, segments, window, codec, reader)
+    if processes > 1:
+        result = replay_parallel(settings, make, url, segments, window, processes)
+    else:
+        engine = open_store(url)
+        codec = make_codec(settings.schema_registry_url)
+        result = replay(settings, projector, engine, segments, window, codec, reader)
+        engine.dispose()
     seconds = time.perf_counter() - started
     if result.applied != count or result.undecodable or result.rejected:
         raise BenchError(
-            f"replay from {source}: applied {result.applied} of {count} "
+            f"replay from {source} ({processes} processes): applied {result.applied} of {count} "
             f"(undecodable {result.undecodable}, rejected {result.rejected})"
         )
+    engine = open_store(url)
     with engine.connect() as conn:
         digests = projector.digests(conn)
     engine.dispose()

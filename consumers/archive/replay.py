@@ -99,15 +99,36 @@ def replay(
 ) -> ReplayResult:
     """Drop and re-create the projector's tables in `engine`, then fold every planned record.
 
+    Indexes that enforce nothing (not unique) are built once at the end, from the loaded rows,
+    instead of being updated row by row.
+    """
+    started = time.monotonic()
+    with engine.begin() as conn:
+        deferred = reset(conn, projector)
+    result = load(settings, projector, engine, segments, window, codec, reader, progress, batch_size)
+    build_indexes(engine, deferred)
+    result.seconds = time.monotonic() - started
+    return result
+
+
+def load(
+    settings: Settings,
+    projector: Projector,
+    engine: Engine,
+    segments: dict[str, list[Segment]],
+    window: Window,
+    codec: Codec,
+    reader: ArchiveReader | None = None,
+    progress: Progress | None = None,
+    batch_size: int = 5000,
+) -> ReplayResult:
+    """Fold every planned record into tables `reset` prepared (several loads may share them).
+
     As in the live runner, each batch is written by a store thread while the next one is read
-    and decoded. Indexes that enforce nothing (not unique) are built once at the end, from
-    the loaded rows, instead of being updated row by row.
+    and decoded.
     """
     result = ReplayResult(projector.name, segments=[s for segs in segments.values() for s in segs])
     started = time.monotonic()
-    with engine.begin() as conn:
-        _reset(conn, projector)
-        deferred = drop_secondary_indexes(conn, projector)
     topics = {t.name(settings.namespace): t for t in projector.topics}
     pipeline: StorePipeline[list[ConsumedRecord], None] = StorePipeline(
         lambda batch: _apply(engine, projector, settings.namespace, batch, result),
@@ -131,11 +152,22 @@ def replay(
             pipeline.drain()
     finally:
         pipeline.close()
-    with engine.begin() as conn:
-        for index in deferred:
-            index.create(conn)
     result.seconds = time.monotonic() - started
     return result
+
+
+def reset(conn: Connection, projector: Projector) -> list[sa.Index]:
+    """Drop and re-create the projector's tables, forget its offsets, and drop the indexes to
+    build after loading (`drop_secondary_indexes`); returns those."""
+    _reset(conn, projector)
+    return drop_secondary_indexes(conn, projector)
+
+
+def build_indexes(engine: Engine, indexes: list[sa.Index]) -> None:
+    """Create the indexes a `reset` dropped, from the loaded rows."""
+    with engine.begin() as conn:
+        for index in indexes:
+            index.create(conn)
 
 
 def drop_secondary_indexes(conn: Connection, projector: Projector) -> list[sa.Index]:

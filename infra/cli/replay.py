@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import functools
 
 from rich.console import Console
 from rich.progress import (
@@ -18,6 +19,7 @@ from rich.text import Text
 
 from consumers import plugins
 from consumers.archive.errors import ArchiveUrlError, OffsetRangeError, StoreUrlError
+from consumers.archive.parallel import replay_parallel
 from consumers.archive.reader import ArchiveReader
 from consumers.archive.replay import open_store, plan_replay, replay
 from consumers.archive.sources import Window
@@ -61,6 +63,13 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--source", choices=SOURCES, default="kafka", help="where to read (default: kafka)")
     p.add_argument(
         "--batch-size", type=positive, default=5000, metavar="N", help="records per store transaction"
+    )
+    p.add_argument(
+        "--processes",
+        type=positive,
+        default=1,
+        metavar="N",
+        help="load with N worker processes, partitions spread over them (default 1)",
     )
     p.set_defaults(func=_replay)
 
@@ -118,10 +127,17 @@ def _replay(args: argparse.Namespace) -> int:
         with _progress() as bar:
             # Counted in offsets, transaction markers and skipped records included: it ends at 100%.
             task = bar.add_task(f"replay {projector.name} (offsets)", total=total)
-            result = replay(
-                settings, projector, engine, segments, window, make_codec(settings.schema_registry_url),
-                reader, progress=lambda n: bar.advance(task, n), batch_size=args.batch_size,
-            )  # fmt: skip
+            advance = lambda n: bar.advance(task, n)  # noqa: E731
+            if args.processes > 1:
+                make = functools.partial(load_projector, args.consumer, settings)
+                result = replay_parallel(
+                    settings, make, args.into, segments, window, args.processes, advance, args.batch_size
+                )
+            else:
+                result = replay(
+                    settings, projector, engine, segments, window, make_codec(settings.schema_registry_url),
+                    reader, progress=advance, batch_size=args.batch_size,
+                )  # fmt: skip
     except OffsetRangeError as exc:
         raise UsageError(str(exc)) from exc
     finally:

@@ -126,3 +126,29 @@ def test_replay_from_the_archive_alone_equals_kafka(
     out = capsys.readouterr().out
     assert "120 events from kafka" in out and "120 events from archive" in out
     assert run_cli(monkeypatch, settings, "audit", "diff", from_kafka, from_archive) == 0
+
+
+def test_replay_in_worker_processes_equals_one_process(
+    s3_settings: Settings,
+    stores: tuple[str, str],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Partitions spread over 2 and 3 workers, from Kafka and from the archive: the same store."""
+    settings = rotated(s3_settings, max_records=25, max_age_s=0.3)
+    publish(settings, interleave(*(chain(f"c{i}", 30) for i in range(6))))
+    with SinkThread(settings) as sink:
+        sink.wait_records(180)
+    one, _ = stores
+    assert run_cli(monkeypatch, settings, "replay", "views", "--from-offset", "0", "--into", one) == 0
+    for source, processes in (("kafka", "2"), ("archive", "3")):
+        many = f"sqlite:///{tmp_path / f'{source}-{processes}.db'}"
+        argv = ("--from-offset", "0", "--into", many, "--source", source, "--processes", processes)
+        assert run_cli(monkeypatch, settings, "replay", "views", *argv) == 0
+        assert f"180 events from {source}" in capsys.readouterr().out
+        assert run_cli(monkeypatch, settings, "audit", "diff", one, many) == 0
+        with open_engine(many).connect() as conn:  # the deferred indexes are there again
+            query = sa.text("SELECT name FROM sqlite_master WHERE type = 'index'")
+            names = {r[0] for r in conn.execute(query)}
+        assert "views_conversations_tenant" in names

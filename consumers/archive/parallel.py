@@ -1,0 +1,134 @@
+"""Replay with partitions spread over worker processes: one store, several loaders.
+
+Conversations are keyed to partitions, so workers that own disjoint partitions write disjoint
+rows (and their own offset rows); each runs the same pipelined `load` as a single-process
+replay. The parent resets the tables first and builds the deferred indexes last. On SQLite
+the workers' write transactions take turns (the decoding and folding between them is what
+runs in parallel); on PostgreSQL they write at once.
+
+Workers come from a fork server that has imported convdb already, so starting one costs
+tens of milliseconds, not the imports' second.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import time
+from collections.abc import Callable
+from concurrent.futures import FIRST_EXCEPTION, Future, ProcessPoolExecutor, wait
+from typing import Any
+
+from consumers.archive.replay import (
+    Progress,
+    ReplayResult,
+    build_indexes,
+    load,
+    open_store,
+    reset,
+)
+from consumers.archive.sources import Segment, Window
+from consumers.base import Projector
+from infra.settings import Settings
+
+PRELOAD = ["consumers.archive.parallel", "consumers.plugins", "sqlalchemy.dialects.sqlite", "psycopg"]
+"""Modules the fork server imports once, before forking any worker."""
+
+_progress: Any = None
+"""The worker's shared counter of offsets read (set by `_init`)."""
+
+
+def shards(segments: dict[str, list[Segment]], processes: int) -> list[dict[str, list[Segment]]]:
+    """The segments split by partition into at most `processes` shards (each partition in one)."""
+    partitions = sorted({s.partition for segs in segments.values() for s in segs})
+    out: list[dict[str, list[Segment]]] = []
+    for i in range(min(processes, len(partitions)) or 1):
+        mine = set(partitions[i::processes])
+        out.append({t: [s for s in segs if s.partition in mine] for t, segs in segments.items()})
+    return out
+
+
+def replay_parallel(
+    settings: Settings,
+    make_projector: Callable[[], Projector],
+    url: str,
+    segments: dict[str, list[Segment]],
+    window: Window,
+    processes: int,
+    progress: Progress | None = None,
+    batch_size: int = 5000,
+) -> ReplayResult:
+    """Rebuild the projector `make_projector` builds (a picklable callable) in the store at `url`."""
+    started = time.monotonic()
+    projector = make_projector()
+    engine = open_store(url)
+    with engine.begin() as conn:
+        deferred = reset(conn, projector)
+    context = multiprocessing.get_context("forkserver")
+    context.set_forkserver_preload(PRELOAD)
+    counter = context.Value("q", 0)
+    parts = shards(segments, processes)
+    with ProcessPoolExecutor(len(parts), mp_context=context, initializer=_init, initargs=(counter,)) as pool:
+        futures = [
+            pool.submit(_load, settings, make_projector, url, part, window, batch_size) for part in parts
+        ]
+        results = _wait(futures, counter, progress)
+    build_indexes(engine, deferred)
+    engine.dispose()
+    merged = ReplayResult(projector.name, segments=[s for segs in segments.values() for s in segs])
+    for r in results:
+        merged.applied += r.applied
+        merged.undecodable += r.undecodable
+        merged.rejected += r.rejected
+        merged.outside_window += r.outside_window
+    merged.seconds = time.monotonic() - started
+    return merged
+
+
+def _wait(futures: list[Future[ReplayResult]], counter: Any, progress: Progress | None) -> list[ReplayResult]:
+    reported = 0
+    while True:
+        done, pending = wait(futures, timeout=0.2, return_when=FIRST_EXCEPTION)
+        if progress is not None and counter.value > reported:
+            progress(counter.value - reported)
+            reported = counter.value
+        if not pending or any(f.exception() is not None for f in done):
+            break
+    return [f.result() for f in futures]  # raises the first worker's error
+
+
+def _init(counter: Any) -> None:
+    global _progress
+    _progress = counter
+
+
+def _advance(n: int) -> None:
+    with _progress.get_lock():
+        _progress.value += n
+
+
+def _load(
+    settings: Settings,
+    make_projector: Callable[[], Projector],
+    url: str,
+    segments: dict[str, list[Segment]],
+    window: Window,
+    batch_size: int,
+) -> ReplayResult:
+    from consumers.archive.reader import ArchiveReader
+    from consumers.archive.target import open_target
+    from schemas import make_codec
+
+    reader = None
+    if any(s.source == "archive" for segs in segments.values() for s in segs):
+        target, prefix = open_target(settings)
+        reader = ArchiveReader(target, prefix)
+    engine = open_store(url)
+    try:
+        codec = make_codec(settings.schema_registry_url)
+        return load(
+            settings, make_projector(), engine, segments, window, codec, reader, _advance, batch_size
+        )
+    finally:
+        engine.dispose()
+        if reader is not None:
+            reader.close()
