@@ -77,6 +77,7 @@ class Runner:
         codec: Codec | None = None,
         batch_size: int = 5000,
         poll_timeout: float = 0.05,
+        gather_s: float = 0.01,
         store_retry_s: float = 60.0,
     ) -> None:
         if not projectors:
@@ -88,6 +89,8 @@ class Runner:
         self.codec = codec or make_codec(settings.schema_registry_url)
         self.batch_size = batch_size
         self.poll_timeout = poll_timeout
+        self.gather_s = gather_s
+        """After a batch's first record, how long to wait for more (latency against transactions/s)."""
         self.store_retry_s = store_retry_s
         self.metrics = ConsumerMetrics(self.name)
         self.topics: dict[str, Topic] = {
@@ -138,7 +141,7 @@ class Runner:
     def _loop(self, consumer: Consumer, pipeline: StorePipeline[_Decoded, _Written]) -> None:
         last_lag, unreported = 0.0, False
         while not self._stop.is_set():
-            messages = consumer.consume(self.batch_size, self.poll_timeout)
+            messages = self._next_batch(consumer)
             if messages:
                 pipeline.submit(self._decoded(messages))
                 unreported = True
@@ -151,6 +154,14 @@ class Runner:
                 self._after_commit(caught_up)
             self.metrics.last_progress = time.monotonic()
         self._commit_kafka(pipeline.drain())
+
+    def _next_batch(self, consumer: Consumer) -> list[Message]:
+        # consume(n, t) waits out t unless n records come: wait for the first record only, then
+        # briefly for the rest (a backlog fills the batch at once).
+        first = consumer.consume(1, self.poll_timeout)
+        if not first or self.batch_size <= 1:
+            return first
+        return first + consumer.consume(self.batch_size - 1, self.gather_s)
 
     def process(self, messages: Sequence[Message]) -> int:
         """Decode, apply and commit one batch in this thread; returns how many records were applied."""
