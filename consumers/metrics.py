@@ -12,6 +12,8 @@ import time
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
+from infra.liveness import PROBLEM as UNASSIGNED
+from infra.liveness import AssignmentWatch
 from infra.ops import OpsServer, Report
 
 logger = logging.getLogger(__name__)
@@ -20,10 +22,11 @@ logger = logging.getLogger(__name__)
 class ConsumerMetrics:
     """The counters and gauges of one runner, in their own registry (several runners per test process)."""
 
-    def __init__(self, consumer: str, stall_after_s: float = 300.0) -> None:
+    def __init__(self, consumer: str, stall_after_s: float = 300.0, unassigned_after_s: float = 60.0) -> None:
         self.consumer = consumer
         self.stall_after_s = stall_after_s
         self.registry = CollectorRegistry()
+        self.assignment = AssignmentWatch(f"consumer {consumer}", unassigned_after_s, self.registry)
         labels = ["consumer"]
         self.events = Counter(
             "convdb_consumer_events", "Records applied to the store", labels, registry=self.registry
@@ -94,6 +97,9 @@ class ConsumerMetrics:
             problems["stopped"] = "the consumer loop has ended"
         if idle > self.stall_after_s:
             problems["stalled"] = f"no loop progress for {idle:.0f}s (store or broker hanging?)"
+        unassigned = self.assignment.problem()
+        if unassigned:
+            problems[UNASSIGNED] = unassigned
         return not problems, {
             "consumer": self.consumer,
             "since_progress_s": round(idle, 1),

@@ -92,7 +92,7 @@ class Runner:
         self.gather_s = gather_s
         """After a batch's first record, how long to wait for more (latency against transactions/s)."""
         self.store_retry_s = store_retry_s
-        self.metrics = ConsumerMetrics(self.name)
+        self.metrics = ConsumerMetrics(self.name, unassigned_after_s=settings.ops.unassigned_after_s)
         self.topics: dict[str, Topic] = {
             t.name(settings.namespace): t for p in self.projectors for t in p.topics
         }
@@ -153,6 +153,7 @@ class Runner:
                 last_lag, unreported = time.monotonic(), False
                 self._after_commit(caught_up)
             self.metrics.last_progress = time.monotonic()
+            self.metrics.assignment.check()
         self._commit_kafka(pipeline.drain())
 
     def _next_batch(self, consumer: Consumer) -> list[Message]:
@@ -295,6 +296,7 @@ class Runner:
         self._assigned = list(partitions)
         if self.assigned_at is None:
             self.assigned_at = time.perf_counter()
+        self.metrics.assignment.assign(wanted)
 
     def _on_revoke(self, _consumer: Consumer, partitions: list[TopicPartition]) -> None:
         self._drain()
@@ -303,6 +305,7 @@ class Runner:
             self.metrics.forget_partition(tp.topic, tp.partition)
         gone = {(tp.topic, tp.partition) for tp in partitions}
         self._assigned = [tp for tp in self._assigned if (tp.topic, tp.partition) not in gone]
+        self.metrics.assignment.revoke(gone)
 
     def _after_commit(self, caught_up: set[tuple[str, int]]) -> None:
         # Effects that must not run inside the store transaction (the titles service's LLM

@@ -179,6 +179,11 @@ class OpsSettings(Section):
         description="/healthz answers 503 when the service's loop made no progress for this long "
         "(longer than one agent step with its LLM and tool timeouts).",
     )
+    unassigned_after_s: float = Field(
+        60.0,
+        description="A consumer-group member (runner, consumer, archive) without partitions this long "
+        "says so: a WARNING log line, a /healthz problem (503), the convdb_group_unassigned_seconds gauge.",
+    )
     log_format: Literal["text", "json"] = Field(
         "text", description="Log lines as text, or one JSON object per line (conversation, tenant, trace)."
     )

@@ -26,6 +26,7 @@ from consumers.archive.sink import ArchiveSink, StoredObject
 from consumers.archive.target import ArchiveTarget, open_target
 from infra import tracing
 from infra.kafka import make_consumer
+from infra.liveness import AssignmentWatch
 from infra.ops import Health
 from infra.settings import Settings
 from schemas.topics import ALL_TOPICS
@@ -58,6 +59,9 @@ class ArchiveConsumer:
         self.records_archived = 0
         self.metrics = ArchiveMetrics()
         self.health = Health(settings.ops.stall_after_s)
+        self.assignment = AssignmentWatch(
+            "archive", settings.ops.unassigned_after_s, self.metrics.registry, self.health.problem
+        )
         self._crash_after_put = _crash_point(settings.archive.crash_at)
         self._committed: dict[tuple[str, int], int] = {}
         self._traced: dict[tuple[str, int], list[tuple[Any, dict[str, Any]]]] = {}
@@ -83,6 +87,7 @@ class ArchiveConsumer:
             while not stop.is_set():
                 self._poll(consumer)
                 self.health.beat()
+                self.assignment.check()
             for tp in self.sink.pending():
                 self._store(consumer, tp)
         finally:
@@ -154,6 +159,7 @@ class ArchiveConsumer:
 
     def _on_assign(self, _consumer: Consumer, partitions: Sequence[TopicPartition]) -> None:
         logger.info("archive assigned %s", [(p.topic, p.partition) for p in partitions])
+        self.assignment.assign((p.topic, p.partition) for p in partitions)
 
     def _on_revoke(self, _consumer: Consumer, partitions: Sequence[TopicPartition]) -> None:
         # Buffers are dropped, not flushed: the next owner re-reads from the committed offset.
@@ -162,6 +168,7 @@ class ArchiveConsumer:
             self._traced.pop((p.topic, p.partition), None)
             self._committed.pop((p.topic, p.partition), None)
             self.metrics.forget(p.topic, p.partition)
+        self.assignment.revoke((p.topic, p.partition) for p in partitions)
 
 
 def _crash_point(spec: str | None) -> int:

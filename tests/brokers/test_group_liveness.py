@@ -1,0 +1,201 @@
+"""Group liveness: members without partitions say so, and groups recover after members die mid-rebalance.
+
+On the embedded broker a runners' group was once seen stuck after members were SIGKILLed during
+a rebalance (fresh members held no partitions for 20+ minutes). These tests kill members during
+a rebalance on each broker and bound the recovery, and check that a member without partitions
+reports it in its log, on /healthz and in its metrics.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+from prometheus_client import CollectorRegistry, generate_latest
+
+from infra.kafka import apply_topics
+from infra.liveness import AssignmentWatch
+from infra.procs import free_port
+from infra.settings import Settings
+from schemas.topics import EVENTS
+from tests.conftest import BrokerInfo, wait_until
+from tests.reconciler.conftest import Proc
+
+pytestmark = [pytest.mark.kafka, pytest.mark.brokers]
+
+
+def test_the_watch_reports_a_member_without_partitions() -> None:
+    now = [100.0]
+    problems: dict[str, str | None] = {}
+    registry = CollectorRegistry()
+    watch = AssignmentWatch("m", 5.0, registry, problems.__setitem__, clock=lambda: now[0])
+    now[0] += 4.9
+    assert watch.check() is None and problems == {}
+    now[0] += 0.2
+    assert watch.check() == "no partitions assigned for 5 s" and problems == {"unassigned": watch.problem()}
+    assert b'convdb_group_unassigned_seconds{member="m"} 5.1' in generate_latest(registry)
+    watch.assign([("t", 0), ("t", 1)])
+    assert watch.unassigned_s() == 0.0 and problems == {"unassigned": None}
+    watch.revoke([("t", 0)])
+    assert watch.unassigned_s() == 0.0  # still holds t[1]
+    watch.revoke([("t", 1)])
+    now[0] += 7
+    assert watch.problem() == "no partitions assigned for 7 s"
+    assert b'convdb_group_assigned_partitions{member="m"} 0.0' in generate_latest(registry)
+
+
+def session_s(settings: Settings) -> float:
+    """The consumer session timeout of this broker's profile, in seconds."""
+    k = settings.kafka
+    return (k.embedded_session_timeout_ms if k.embedded else k.session_timeout_ms) / 1000
+
+
+@pytest.fixture
+def one_partition(make_settings: Callable[..., Settings], tmp_path: Path) -> Settings:
+    """One partition per topic (a second member gets none); members report after 2 s."""
+    settings = make_settings(
+        partitions=1,
+        store_url=f"sqlite:///{tmp_path / 'store.db'}",
+        archive_url=f"file://{tmp_path / 'archive'}",
+    )
+    settings = settings.model_copy(
+        update={"ops": settings.ops.model_copy(update={"unassigned_after_s": 2.0})}
+    )
+    apply_topics(settings)
+    return settings
+
+
+class Member:
+    """A `convdb consume NAME` process with its ops endpoint."""
+
+    def __init__(self, settings: Settings, name: str, log: Path) -> None:
+        self.port = free_port()
+        env = {**settings.to_env(), "LITELLM_LOCAL_MODEL_COST_MAP": "True", "CONVDB_OPS__LOG_LEVEL": "INFO"}
+        argv = [sys.executable, "-m", "infra.cli.main", "consume", name, "--metrics-port", str(self.port)]
+        self.proc = Proc(argv, log, env).start()
+
+    def healthz(self) -> tuple[int, dict[str, object]] | None:
+        """Status code and body of /healthz, None while the endpoint is not up."""
+        try:
+            reply = httpx.get(f"http://127.0.0.1:{self.port}/healthz", timeout=2)
+        except httpx.HTTPError:
+            return None
+        return reply.status_code, reply.json()
+
+    def metric(self, name: str) -> float | None:
+        """One unlabelled-by-topic sample of the member's /metrics, None while it is not up."""
+        try:
+            text = httpx.get(f"http://127.0.0.1:{self.port}/metrics", timeout=2).text
+        except httpx.HTTPError:
+            return None
+        values = [float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line.startswith(name + "{")]
+        return values[0] if values else None
+
+
+@pytest.mark.parametrize("consumer", ["views", "archive"])
+def test_a_member_without_partitions_says_so_and_takes_over_when_the_owner_dies(
+    one_partition: Settings, tmp_path: Path, consumer: str
+) -> None:
+    owner = Member(one_partition, consumer, tmp_path / "owner.log")
+    idle = None
+    try:
+        wait_until(
+            lambda: (owner.metric("convdb_group_assigned_partitions") or 0) > 0, 60, "the owner assigned"
+        )
+        idle = Member(one_partition, consumer, tmp_path / "idle.log")
+        wait_until(lambda: (idle.healthz() or (0, {}))[0] == 503, 60, "the idle member's /healthz 503")
+        _, body = idle.healthz() or (0, {})
+        assert str(body["problems"]["unassigned"]).startswith("no partitions assigned for")  # type: ignore[index]
+        assert (idle.metric("convdb_group_unassigned_seconds") or 0) >= 2.0
+        assert idle.metric("convdb_group_assigned_partitions") == 0
+        assert "no partitions assigned for" in idle.proc.log.read_text()
+        assert (owner.healthz() or (0, {}))[0] == 200
+
+        owner.proc.kill()
+        killed = time.monotonic()
+        wait_until(lambda: (idle.healthz() or (0, {}))[0] == 200, 60, "the idle member takes over")
+        took = time.monotonic() - killed
+        print(f"\n{consumer}: takeover {took:.1f}s after SIGKILL (session {session_s(one_partition)}s)")
+        assert took <= session_s(one_partition) + 8.0
+        assert idle.metric("convdb_group_unassigned_seconds") == 0.0
+        assert "partitions assigned again after" in idle.proc.log.read_text()
+    finally:
+        for member in (owner, idle):
+            if member is not None:
+                member.proc.stop()
+
+
+class BareMember:
+    """`python -m tests.brokers.member`: assignments read from its stdout as they come."""
+
+    def __init__(self, settings: Settings, topic: str, group: str) -> None:
+        argv = [sys.executable, "-m", "tests.brokers.member", topic, group]
+        env = {**settings.to_env(), "LITELLM_LOCAL_MODEL_COST_MAP": "True"}
+        self.proc = subprocess.Popen(argv, stdout=subprocess.PIPE, text=True, env={**os.environ, **env})
+        self.owned: set[int] = set()
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            change = json.loads(line)
+            if change["event"] == "assign":
+                self.owned = set(change["partitions"])
+            else:
+                self.owned -= set(change["partitions"])
+
+    def kill(self) -> None:
+        """SIGKILL."""
+        self.proc.kill()
+        self.proc.wait(10)
+
+
+@pytest.fixture
+def members() -> Iterator[list[BareMember]]:
+    """Every bare member a test starts; all killed at the end."""
+    started: list[BareMember] = []
+    yield started
+    for m in started:
+        if m.proc.poll() is None:
+            m.kill()
+
+
+@pytest.mark.parametrize("delay", [0.2, 1.0])
+def test_fresh_members_get_partitions_after_members_die_mid_rebalance(
+    broker: BrokerInfo, settings: Settings, members: list[BareMember], delay: float
+) -> None:
+    topic, group = EVENTS.name(settings.namespace), f"{settings.namespace}.liveness-{uuid.uuid4().hex[:6]}"
+    everything = set(range(settings.partitions))
+
+    def start() -> BareMember:
+        members.append(BareMember(settings, topic, group))
+        return members[-1]
+
+    first = [start() for _ in range(3)]
+    wait_until(lambda: set().union(*(m.owned for m in first)) == everything, 60, "the first three assigned")
+    start()  # a fourth member joins: a rebalance begins
+    time.sleep(delay)
+    for m in first[:2]:
+        m.kill()
+    fresh = [start(), start()]
+    survivors = [first[2], members[3], *fresh]
+    killed = time.monotonic()
+    # A dead member is evicted after one session timeout; the rebalance that follows may wait out
+    # another one for members that died while joining.
+    wait_until(
+        lambda: set().union(*(m.owned for m in survivors)) == everything,
+        2 * session_s(settings) + 20,
+        f"every partition assigned again on the {broker.name} broker",
+    )
+    print(f"\n{broker.name}: all partitions assigned {time.monotonic() - killed:.1f}s after the kills")
+    owned = [p for m in survivors for p in m.owned]
+    assert sorted(owned) == sorted(everything)  # each partition has exactly one owner
