@@ -114,17 +114,19 @@ def test_a_member_without_partitions_says_so_and_takes_over_when_the_owner_dies(
         members.append(Member(one_partition, consumer, tmp_path / "second.log"))
 
         def split() -> tuple[Member, Member] | None:
-            # The rebalance gives the partition to either member (the range assignor sorts member ids).
-            codes = [(m.healthz() or (0, {}))[0] for m in members]
-            return (
-                (members[codes.index(200)], members[codes.index(503)])
-                if sorted(codes) == [200, 503]
-                else None
-            )
+            # The rebalance gives the partition to either member (the range assignor sorts member ids),
+            # and a joining member rightly reports while its first assignment is pending: wait for
+            # one member holding the partition and the other holding none and saying so.
+            replies = [m.healthz() or (0, {}) for m in members]
+            held = [m.metric("convdb_group_assigned_partitions") for m in members]
+            for owner, idle in ((0, 1), (1, 0)):
+                unassigned = replies[idle][1].get("problems", {}).get("unassigned", "")  # type: ignore[union-attr]
+                if replies[owner][0] == 200 and (held[owner] or 0) > 0 and held[idle] == 0 and unassigned:
+                    assert replies[idle][0] == 503 and unassigned.startswith("no partitions assigned for")
+                    return members[owner], members[idle]
+            return None
 
-        owner, idle = wait_until(split, 60, "one member owning, the other reporting 503")  # type: ignore[misc]
-        _, body = idle.healthz() or (0, {})
-        assert str(body["problems"]["unassigned"]).startswith("no partitions assigned for")  # type: ignore[index]
+        owner, idle = wait_until(split, 60, "one member owning, the other reporting")  # type: ignore[misc]
         assert (idle.metric("convdb_group_unassigned_seconds") or 0) >= 2.0
         assert idle.metric("convdb_group_assigned_partitions") == 0
         assert "no partitions assigned for" in idle.proc.log.read_text()
