@@ -16,6 +16,7 @@ from pydantic import TypeAdapter
 from bench.common import BenchContext, BenchError, Figures, conversation, median, rate
 from schemas import Event, SingleObjectCodec
 from schemas.catalog import shipped_catalog
+from schemas.validation import record_problem
 
 FIGURES = {
     "codec_encode_per_s": ("encode: convdb codec (model -> bytes)", "records/s", ""),
@@ -24,6 +25,11 @@ FIGURES = {
     "fastavro_decode_per_s": ("decode: raw fastavro schemaless (dict)", "records/s", ""),
     "json_encode_per_s": ("encode: pydantic model_dump_json", "records/s", ""),
     "json_decode_per_s": ("decode: pydantic validate_json (Event union)", "records/s", ""),
+    "validation_ns_per_record": (
+        "validation: identifier and text rules of one decoded record (part of decode)",
+        "ns/record",
+        "",
+    ),
 }
 
 
@@ -48,7 +54,11 @@ def run(ctx: BenchContext) -> Figures:
         "json_encode_per_s": lambda: [e.model_dump_json() for e in events],
         "json_decode_per_s": lambda: [adapter.validate_json(t) for t in texts],
     }
-    return {key: median([_rate(fn, count) for _ in range(ctx.repeats)]) for key, fn in cases.items()}
+    figures = {key: median([_rate(fn, count) for _ in range(ctx.repeats)]) for key, fn in cases.items()}
+    figures["validation_ns_per_record"] = 1e9 / median(
+        [_rate(lambda: [record_problem(e) for e in events], count) for _ in range(ctx.repeats)]
+    )
+    return figures
 
 
 def _raw_encode(schema: dict[str, Any], record: dict[str, Any]) -> bytes:

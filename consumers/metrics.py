@@ -58,7 +58,11 @@ class ConsumerMetrics:
         self.dead_letters.labels(consumer)
         self.rate.labels(consumer).set(0)
         self.last_progress = time.monotonic()
+        self.last_commit = time.monotonic()
+        self.retrying: tuple[float, str] | None = None
+        """(since, last error) while a batch's store transaction is being retried."""
         self.healthy = True
+        self._lags: dict[tuple[str, int], int] = {}
         self._window: list[tuple[float, int]] = []
 
     def batch_done(self, applied: int, dead: int, seconds: float) -> None:
@@ -68,7 +72,7 @@ class ConsumerMetrics:
             self.dead_letters.labels(self.consumer).inc(dead)
         self.batches.labels(self.consumer).observe(seconds)
         now = time.monotonic()
-        self.last_progress = now
+        self.last_progress = self.last_commit = now
         self._window = [(t, n) for t, n in self._window if now - t <= 5.0]
         self._window.append((now, applied))
         span = max(now - self._window[0][0], 1.0)
@@ -77,9 +81,11 @@ class ConsumerMetrics:
     def set_lag(self, topic: str, partition: int, lag: int) -> None:
         """Set the lag of one assigned partition."""
         self.lag.labels(self.consumer, topic, str(partition)).set(max(lag, 0))
+        self._lags[(topic, partition)] = max(lag, 0)
 
     def forget_partition(self, topic: str, partition: int) -> None:
         """Drop the lag series of a partition that was revoked."""
+        self._lags.pop((topic, partition), None)
         try:
             self.lag.remove(self.consumer, topic, str(partition))
         except KeyError:
@@ -90,8 +96,13 @@ class ConsumerMetrics:
         return generate_latest(self.registry)
 
     def report(self) -> Report:
-        """`/healthz`: the loop runs and made progress (an idle poll counts) within the stall limit."""
-        idle = time.monotonic() - self.last_progress
+        """`/healthz`: the loop runs, its store commits, and records behind are being consumed.
+
+        An idle consumer (nothing behind) is healthy; one with records behind that committed
+        nothing for the stall limit is not, nor one whose batch the store keeps refusing.
+        """
+        now = time.monotonic()
+        idle = now - self.last_progress
         problems: dict[str, str] = {}
         if not self.healthy:
             problems["stopped"] = "the consumer loop has ended"
@@ -100,9 +111,17 @@ class ConsumerMetrics:
         unassigned = self.assignment.problem()
         if unassigned:
             problems[UNASSIGNED] = unassigned
+        if self.retrying is not None:
+            problems["store"] = f"a batch has failed for {now - self.retrying[0]:.0f}s: {self.retrying[1]}"
+        behind = sum(self._lags.values())
+        if behind and now - self.last_commit > self.stall_after_s:
+            problems["no_progress"] = (
+                f"{behind} record(s) behind and nothing committed for {now - self.last_commit:.0f}s"
+            )
         return not problems, {
             "consumer": self.consumer,
             "since_progress_s": round(idle, 1),
+            "behind": behind,
             "problems": problems,
         }
 

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Message, TopicPartition
 from sqlalchemy.engine import Engine
-from sqlalchemy.exc import DBAPIError
+from sqlalchemy.exc import DataError, DBAPIError
 
 from consumers._apply import apply_batch
 from consumers._gc import batch_done, batch_loop
@@ -42,7 +42,7 @@ from infra import tracing
 from infra.kafka import make_consumer
 from infra.settings import Settings
 from schemas import Codec, SingleObjectCodec, make_codec
-from schemas.errors import NotAvroError, SchemaError
+from schemas.errors import InvalidRecordError, NotAvroError, SchemaError
 from schemas.topics import Topic
 
 logger = logging.getLogger(__name__)
@@ -206,19 +206,13 @@ class Runner:
                 if value is None:
                     raise NotAvroError("null value (a tombstone) where a record was expected")
                 decoded = decode(value, expect=expected[topic])
+                key = _key_of(msg.key(), decoded.conversation_id)
             except SchemaError as exc:
                 poison.append((msg, exc))
                 continue
-            key = msg.key()
             records.append(
                 ConsumedRecord(
-                    topic,
-                    partition,
-                    offset,
-                    msg.timestamp()[1],
-                    key.decode(errors="replace") if key else "",
-                    decoded,
-                    value if keep_bytes else None,
+                    topic, partition, offset, msg.timestamp()[1], key, decoded, value if keep_bytes else None
                 )
             )
         return records, raw, poison
@@ -248,8 +242,24 @@ class Runner:
                             self._dead.send(raw[where], rejection.error)
                     # The DLQ copy must be durable before the offsets that skip it are.
                     self._dead.wait_durable()
+                self.metrics.retrying = None
                 return applied
+            except DataError as exc:
+                # The store refuses a value (a data error, not an outage): find the record(s),
+                # dead-letter them, apply the rest. Retrying the same batch would fail forever.
+                culprits = self._isolate(records, ends)
+                if not culprits:
+                    raise StoreError(f"store {self.engine.url!r} refuses the batch: {exc}") from exc
+                for rec in culprits:
+                    where = (rec.topic, rec.partition, rec.offset)
+                    error = InvalidRecordError(f"the store refuses it: {_first_line(exc)}")
+                    sent.add(where)
+                    poison.append((raw[where], error))
+                    self._dead.send(raw[where], error)
+                records = [r for r in records if r not in culprits]
             except DBAPIError as exc:
+                since = self.metrics.retrying[0] if self.metrics.retrying else time.monotonic()
+                self.metrics.retrying = (since, _first_line(exc))
                 if time.monotonic() > deadline:
                     raise StoreError(
                         f"store {self.engine.url!r} failing for {self.store_retry_s}s: {exc}"
@@ -257,6 +267,23 @@ class Runner:
                 logger.warning("store error, retrying batch in %.1fs: %s", delay, exc)
                 time.sleep(delay)
                 delay = min(delay * 2, 5.0)
+
+    def _isolate(
+        self, records: list[ConsumedRecord], ends: dict[tuple[str, int], int]
+    ) -> list[ConsumedRecord]:
+        """The records whose rows the store refuses (bisection, each try rolled back)."""
+        if not records:
+            return []
+        try:
+            with self.engine.connect() as conn, conn.begin() as txn:
+                apply_batch(conn, self.projectors, self.settings.namespace, Batch(records), ends)
+                txn.rollback()
+            return []
+        except DataError:
+            if len(records) == 1:
+                return records
+        half = len(records) // 2
+        return self._isolate(records[:half], ends) + self._isolate(records[half:], ends)
 
     def _commit_kafka(self, written: list[_Written]) -> None:
         # A courtesy for `kafka-consumer-groups`-style lag tools; positions come from the store.
@@ -339,6 +366,20 @@ def _batch_ends(raw: dict[tuple[str, int, int], Message]) -> dict[tuple[str, int
     for topic, partition, offset in raw:
         ends[(topic, partition)] = max(ends.get((topic, partition), 0), offset + 1)
     return ends
+
+
+def _key_of(key: bytes | None, conversation_id: str) -> str:
+    """The record's key as text; it must be its conversation id (else another partition holds the rest)."""
+    text = key.decode(errors="replace") if key else ""
+    if text != conversation_id:
+        raise InvalidRecordError(
+            f"key {text[:80]!r} is not the record's conversation_id {conversation_id[:80]!r}"
+        )
+    return text
+
+
+def _first_line(exc: BaseException) -> str:
+    return (str(exc).splitlines() or [type(exc).__name__])[0][:500]
 
 
 def _check_consumer_error(err: KafkaError) -> None:

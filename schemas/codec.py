@@ -32,6 +32,7 @@ from schemas.errors import (
     UnexpectedRecordError,
     UnknownFingerprintError,
 )
+from schemas.validation import record_problem
 
 CONFLUENT_MAGIC = b"\x00"
 
@@ -76,10 +77,13 @@ class _Decoder:
 
 
 def _write_payload(buf: BytesIO, parsed: dict[str, Any], record: AvroModel) -> None:
+    problem = record_problem(record)
+    if problem is not None:
+        raise InvalidRecordError(f"cannot encode {type(record).__name__}: {problem}")
     try:
         # A pydantic model's __dict__ holds exactly its fields, already typed for Avro.
         schemaless_writer(buf, parsed, record.__dict__, strict=True)
-    except (ValueError, TypeError, KeyError, OverflowError) as exc:
+    except (ValueError, TypeError, KeyError, OverflowError, UnicodeEncodeError) as exc:
         raise InvalidRecordError(f"cannot encode {type(record).__name__}: {exc}") from exc
 
 
@@ -112,14 +116,18 @@ def _to_model(
     if expect is not None and model not in expect:
         allowed = ", ".join(m.__name__ for m in expect)
         raise UnexpectedRecordError(f"got a {name} where only {allowed} are allowed")
-    if build is not None:
-        built = build(record)
-        if built is not None:
-            return built
-    try:
-        return model.model_validate(record)
-    except ValidationError as exc:
-        raise InvalidRecordError(f"{name} does not validate: {exc}") from exc
+    built = build(record) if build is not None else None
+    if built is None:
+        try:
+            built = model.model_validate(record)
+        except ValidationError as exc:
+            raise InvalidRecordError(f"{name} does not validate: {exc}") from exc
+    # Avro guarantees types, not convdb's rules: a foreign or older producer's record that breaks
+    # them is a data error here, before any store sees it.
+    problem = record_problem(built)
+    if problem is not None:
+        raise InvalidRecordError(f"{name}: {problem}")
+    return built
 
 
 class SingleObjectCodec(_Decoder):
@@ -149,9 +157,7 @@ class SingleObjectCodec(_Decoder):
         """Decode bytes written by any shipped schema version into the current model."""
         if len(data) < 10 or data[:2] != SINGLE_OBJECT_MAGIC:
             head = bytes(data[:4]).hex() or "empty"
-            raise NotAvroError(
-                f"not Avro single-object encoded (starts with {head}, {len(data)} bytes)"
-            )
+            raise NotAvroError(f"not Avro single-object encoded (starts with {head}, {len(data)} bytes)")
         writer = self.catalog.by_fingerprint.get(bytes(data[2:10]))
         if writer is None:
             raise UnknownFingerprintError(
@@ -205,9 +211,7 @@ class ConfluentCodec(_Decoder):
             try:
                 schema = self.client.get_schema(schema_id)
             except SchemaRegistryError as exc:
-                raise UnknownFingerprintError(
-                    f"schema id {schema_id} is not in the registry"
-                ) from exc
+                raise UnknownFingerprintError(f"schema id {schema_id} is not in the registry") from exc
             if schema.schema_str is None:
                 raise UnknownFingerprintError(f"schema id {schema_id} has no schema text in the registry")
             raw = json.loads(schema.schema_str)

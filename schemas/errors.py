@@ -33,3 +33,7 @@ class InvalidRecordError(SchemaError):
 
 class UnexpectedRecordError(SchemaError):
     """The record decoded fine but is not of a type allowed on this topic."""
+
+
+class InvalidValueError(ConvdbError, ValueError):
+    """An identifier or text given at an entry point breaks the rules of `schemas.validation`."""

@@ -96,7 +96,10 @@ class ObjectIndex:
             "conversation-count": str(len(self.conversations)),
         }
         listed = ",".join(self.conversations)
-        if listed.isascii() and len(listed) + sum(len(k) + len(v) for k, v in meta.items()) < METADATA_LIMIT:
+        # Keys are whatever a producer wrote: only printable ASCII without commas may go into an
+        # HTTP header (a NUL or a newline makes the upload fail, again after every restart).
+        plain = listed.isascii() and listed.isprintable() and listed.count(",") == len(self.conversations) - 1
+        if plain and len(listed) + sum(len(k) + len(v) for k, v in meta.items()) < METADATA_LIMIT:
             meta["conversations"] = listed
         return meta
 

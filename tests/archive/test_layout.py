@@ -96,3 +96,13 @@ def test_container_bytes_do_not_depend_on_the_process_hash_seed() -> None:
         for seed in ("1", "2", "3")
     }
     assert len(outputs) == 1
+
+
+@pytest.mark.parametrize("key", [b"nul\x00id", b"new\nline", b"com,ma", b"\xff\xfe", "é".encode()])
+def test_metadata_never_carries_a_key_an_http_header_cannot(key: bytes) -> None:
+    batch = [RawRecord("t", 0, 1, 0, key, b"x"), RawRecord("t", 0, 2, 0, b"plain", b"x")]
+    meta = ObjectIndex.build(batch).metadata()
+    assert "conversations" not in meta and meta["conversation-count"] == "2"
+    assert all(v.isascii() and v.isprintable() for v in meta.values())
+    index = ObjectIndex.build(batch)
+    assert ObjectIndex.from_json(index.to_json(), "x") == index  # the sidecar keeps them all

@@ -12,12 +12,20 @@ from pydantic import AwareDatetime
 
 from schemas._types import AvroModel
 from schemas.catalog import MODELS
+from schemas.validation import ID_FIELDS, OPERATION_FIELDS
 
 AVRO_LONG_MIN = -(2**63)
 AVRO_LONG_MAX = 2**63 - 1
 
-# Avro strings are UTF-8: lone surrogates cannot be written, so never generate them.
-texts = st.text(alphabet=st.characters(codec="utf-8"), max_size=40)
+# Avro strings are UTF-8: lone surrogates cannot be written, so never generate them; NUL breaks
+# the text rule of `schemas.validation`, and identifiers are printable (tests/schemas/test_validation.py
+# proves records that break the rules are refused).
+texts = st.text(alphabet=st.characters(codec="utf-8", exclude_characters="\x00"), max_size=40)
+identifiers = st.text(
+    alphabet=st.characters(codec="utf-8", exclude_categories=("C", "Z"), exclude_characters="/"),
+    min_size=1,
+    max_size=40,
+)
 
 # timestamp-micros keeps microseconds; datetimes are aware and UTC like the ones convdb writes.
 timestamps = st.datetimes(
@@ -27,17 +35,19 @@ timestamps = st.datetimes(
 )
 
 
-def strategy_for(annotation: Any) -> st.SearchStrategy[Any]:
-    """A strategy for one field annotation of a record model."""
+def strategy_for(annotation: Any, name: str = "") -> st.SearchStrategy[Any]:
+    """A strategy for one field annotation of a record model (identifier fields get identifiers)."""
     origin = typing.get_origin(annotation)
     if origin is Literal:
         return st.sampled_from(typing.get_args(annotation))
     if origin in (types.UnionType, typing.Union):
         branches = [a for a in typing.get_args(annotation) if a is not type(None)]
-        return st.none() | st.one_of([strategy_for(a) for a in branches])
+        return st.none() | st.one_of([strategy_for(a, name) for a in branches])
     if origin is tuple:
         item, _ellipsis = typing.get_args(annotation)
-        return st.lists(strategy_for(item), max_size=5).map(tuple)
+        return st.lists(strategy_for(item, name), max_size=5).map(tuple)
+    if annotation is str and name in ID_FIELDS | OPERATION_FIELDS:
+        return identifiers
     simple: dict[Any, st.SearchStrategy[Any]] = {
         str: texts,
         bool: st.booleans(),
@@ -53,7 +63,7 @@ def strategy_for(annotation: Any) -> st.SearchStrategy[Any]:
 
 def record_of(model: type[AvroModel]) -> st.SearchStrategy[AvroModel]:
     """Valid instances of one model: every field drawn, defaults included."""
-    fields = {name: strategy_for(info.annotation) for name, info in model.model_fields.items()}
+    fields = {name: strategy_for(info.annotation, name) for name, info in model.model_fields.items()}
     return st.fixed_dictionaries(fields).map(lambda values: model(**values))
 
 
