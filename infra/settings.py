@@ -132,7 +132,7 @@ class ReconcilerSettings(Section):
     lookup_timeout_s: float = Field(5.0, description="Timeout of one resolver lookup.")
     resolver_urls: dict[str, str] = Field(
         default_factory=dict,
-        description="Resolver name -> provider base URL, e.g. {\"tracker\": \"http://127.0.0.1:9000\"}.",
+        description='Resolver name -> provider base URL, e.g. {"tracker": "http://127.0.0.1:9000"}.',
     )
 
 
@@ -147,6 +147,33 @@ class ApiSettings(Section):
     )
     receipt_secrets: dict[str, SecretStr] = Field(
         default_factory=dict, description="Provider name -> HMAC secret for POST /receipts."
+    )
+    receipt_tools: dict[str, tuple[str, ...]] = Field(
+        default_factory=dict,
+        description="Provider name -> the tools whose operations its receipts may settle, e.g. "
+        '{"tracker": ["create_issue", "notify"]}; a provider bound to no tool has its receipts refused.',
+    )
+    receipt_max_bytes: int = Field(65536, ge=1024, description="Largest receipt body POST /receipts reads.")
+    receipt_window_s: float = Field(
+        86400.0, gt=0, description="How old a receipt's timestamp may be (seconds); older ones are refused."
+    )
+    receipt_skew_s: float = Field(
+        300.0, ge=0, description="How far in the future a receipt's timestamp may be (clock skew, seconds)."
+    )
+    receipt_wait_s: float = Field(
+        5.0,
+        ge=0,
+        description="How long POST /receipts waits for the read side to learn an operation proposed moments "
+        "ago before it answers 404.",
+    )
+    publish_concurrency: int = Field(
+        16,
+        ge=1,
+        description="Writes (messages, commands, receipts, decisions) one API process waits on the broker "
+        "for at once; beyond, 503 at once. Reads never wait behind them.",
+    )
+    publish_timeout_s: float = Field(
+        10.0, gt=0, description="How long a write waits for the broker's acknowledgement before 503."
     )
     session_secret: SecretStr | None = Field(
         None,
@@ -163,6 +190,13 @@ class ApiSettings(Section):
     console_poll_s: float = Field(
         0.5, gt=0, description="How often a live-update stream looks at the read side for news."
     )
+    auth_failures: int = Field(
+        20,
+        ge=1,
+        description="Failed authentications (unknown API key, bad receipt signature, failed console "
+        "sign-in) one client address may make per `auth_window_s`; beyond, 429 until the window passes.",
+    )
+    auth_window_s: float = Field(60.0, gt=0, description="The window of `auth_failures` (seconds).")
 
 
 class OpsSettings(Section):

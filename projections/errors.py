@@ -33,6 +33,11 @@ class IllegalTransitionError(ProjectionError):
     """A state machine (operation status, execution status) is asked for a transition it forbids."""
 
 
+class TenantMismatchError(ProjectionError):
+    """A record names another tenant than the one its conversation or operation belongs to; the
+    first record fixed the owner (DESIGN §11), so this one is refused (DLQ)."""
+
+
 class ForeignRecordError(ProjectionError):
     """A foreign system's record (an OpenHands event or state) is not one convdb can map; the
     message names the record (index, id, kind) and the field."""

@@ -37,6 +37,7 @@ MAX_LIMIT = 500
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _CURSOR_VERSION = 1
+_INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
 
 
 class IndexRow(NamedTuple):
@@ -155,6 +156,8 @@ def decode_cursor(text: str) -> Cursor:
         raise CursorError(_cursor_message(text, "unknown layout or version"))
     if any(type(value) is not kind for value, kind in zip(key, shape, strict=True)):
         raise CursorError(_cursor_message(text, "a field has the wrong type"))
+    if not all(_INT64_MIN <= value <= _INT64_MAX for value in (key[1], key[3])):
+        raise CursorError(_cursor_message(text, "a number is out of range"))
     try:
         timestamp = _EPOCH + timedelta(microseconds=key[1])
     except OverflowError as exc:
@@ -219,6 +222,6 @@ def _query_message(exc: ValidationError) -> str:
         if error["type"] == "extra_forbidden":
             what = "unknown filter"
         elif error["type"] == "literal_error":
-            what = f"{what} (got {error['input']!r})"
+            what = f"{what} (got {str(error['input'])[:40]!r})"
         problems.append(f"`{where}`: {what}" if where else what)
     return "bad search filter " + "; ".join(problems)

@@ -8,8 +8,11 @@ from __future__ import annotations
 
 import importlib
 import logging
+import re
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
+from typing import Any
+from urllib.parse import unquote_to_bytes
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -51,6 +54,7 @@ def create_app(settings: Settings, routers: Sequence[str] = ROUTERS) -> FastAPI:
     app.state.ctx = ApiContext(settings, engine, make_codec(settings.schema_registry_url))
     _ensure_tables(settings.resolved_store_url)
     observe.install(app)
+    app.add_middleware(RefuseControlCharacters)
     for name in routers:
         app.include_router(importlib.import_module(name).router)
     app.add_exception_handler(RequestValidationError, _bad_request)
@@ -90,11 +94,39 @@ def _ensure_tables(url: str) -> None:
 
 async def _bad_request(_request: Request, exc: Exception) -> JSONResponse:
     errors = exc.errors() if isinstance(exc, RequestValidationError) else []
+    # Messages name the field and the rule, never the whole input (it may be megabytes).
     problems = [
-        f"`{'.'.join(str(p) for p in e['loc'] if p not in ('query', 'body', 'path'))}`: {e['msg']}"
-        for e in errors
+        f"`{'.'.join(str(p)[:40] for p in e['loc'] if p not in ('query', 'body', 'path'))}`: {e['msg'][:300]}"
+        for e in errors[:10]
     ]
     return JSONResponse({"detail": "bad request: " + "; ".join(problems)}, status_code=400)
+
+
+class RefuseControlCharacters:
+    """ASGI middleware: 400 for a URL whose path or query holds a control character.
+
+    No identifier, filter, cursor or time has one (`schemas.validation`); refusing them here,
+    once, keeps them from every route, the console's included, and from every store query.
+    """
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        """Pass the request on, or answer 400."""
+        if scope["type"] == "http" and (
+            _CONTROL.search(scope["path"]) or _CONTROL_BYTES.search(unquote_to_bytes(scope["query_string"]))
+        ):
+            response = JSONResponse(
+                {"detail": "bad request: the URL holds a control character"}, status_code=400
+            )
+            await response(scope, receive, send)
+            return
+        await self.app(scope, receive, send)
+
+
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+_CONTROL_BYTES = re.compile(rb"[\x00-\x1f\x7f]")
 
 
 async def _unavailable(_request: Request, exc: Exception) -> JSONResponse:

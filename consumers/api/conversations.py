@@ -12,6 +12,7 @@ from sqlalchemy.engine import Connection
 
 from consumers._rows import micros, payload_json
 from consumers.api.deps import Conn, Tenant
+from consumers.api.params import MAX_INT64, ConversationIdPath, KeysetQuery, OffsetQuery
 from consumers.errors import QueryInputError
 from consumers.stats import conversations as stats_table
 from consumers.stats import from_row
@@ -20,6 +21,7 @@ from consumers.views import load_state
 from consumers.views.tables import conversations as views_table
 from consumers.views.tables import events as views_events
 from projections import stats, view
+from schemas.validation import shown
 
 router = APIRouter(tags=["conversations"])
 
@@ -83,7 +85,7 @@ def list_conversations(
     tenant_id: Tenant,
     conn: Conn,
     limit: Annotated[int, Query(ge=1, le=500)] = 50,
-    after: Annotated[str | None, Query(description="`next_after` of the previous page.")] = None,
+    after: KeysetQuery = None,
     status: Annotated[ExecutionStatus | None, Query(description="Only this execution status.")] = None,
     since: Annotated[datetime | None, Query(description="Last activity at or after (ISO-8601).")] = None,
     until: Annotated[datetime | None, Query(description="Last activity before (ISO-8601).")] = None,
@@ -142,13 +144,15 @@ def conversation_page(
 
 def _recent_key(after: str) -> tuple[int, str]:
     us, sep, conversation_id = after.partition(":")
-    if not sep or not us.lstrip("-").isdigit():
-        raise QueryInputError(f"bad `after` {after!r} for order=recent: pass the previous page's next_after")
+    if not sep or not us.lstrip("-").isdigit() or len(us) > 20 or abs(int(us)) > MAX_INT64:
+        raise QueryInputError(
+            f"bad `after` {shown(after)} for order=recent: pass the previous page's next_after"
+        )
     return int(us), conversation_id
 
 
 @router.get("/conversations/{conversation_id}", summary="One conversation: title, status, stats")
-def get_conversation(conversation_id: str, tenant_id: Tenant, conn: Conn) -> dict[str, Any]:
+def get_conversation(conversation_id: ConversationIdPath, tenant_id: Tenant, conn: Conn) -> dict[str, Any]:
     """The conversation's summary; 404 when it does not exist for this tenant."""
     row = conn.execute(
         _summary_query(tenant_id).where(views_table.c.conversation_id == conversation_id)
@@ -160,11 +164,11 @@ def get_conversation(conversation_id: str, tenant_id: Tenant, conn: Conn) -> dic
 
 @router.get("/conversations/{conversation_id}/view", summary="The active branch (optionally as of T)")
 def get_view(
-    conversation_id: str,
+    conversation_id: ConversationIdPath,
     tenant_id: Tenant,
     conn: Conn,
     at: Annotated[datetime | None, Query(description="Only events up to this time (ISO-8601).")] = None,
-    offset: Annotated[int | None, Query(ge=0, description="Only events up to this Kafka offset.")] = None,
+    offset: OffsetQuery = None,
 ) -> dict[str, Any]:
     """What the agent reads: the active branch, condensations applied, root first."""
     head = branch_head(conn, tenant_id, conversation_id)

@@ -9,6 +9,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Query
 
 from consumers.api.deps import Conn, Tenant
+from consumers.api.params import ConversationIdQuery, KeysetQuery, LimitQuery
 from consumers.index import search
 from projections.index import SearchQuery
 
@@ -19,15 +20,17 @@ router = APIRouter(tags=["events"])
 def search_events(
     tenant_id: Tenant,
     conn: Conn,
-    conversation_id: Annotated[str | None, Query(description="Only this conversation.")] = None,
-    kind: Annotated[list[str] | None, Query(description="Event kind(s), e.g. action; repeatable.")] = None,
+    conversation_id: ConversationIdQuery = None,
+    kind: Annotated[
+        list[str] | None, Query(description="Event kind(s), e.g. action; repeatable.", max_length=32)
+    ] = None,
     source: Annotated[
-        list[str] | None, Query(description="Source(s): user, agent, environment, hook.")
+        list[str] | None, Query(description="Source(s): user, agent, environment, hook.", max_length=8)
     ] = None,
     since: Annotated[datetime | None, Query(description="At or after this time (ISO-8601).")] = None,
     until: Annotated[datetime | None, Query(description="Before this time (ISO-8601).")] = None,
-    limit: Annotated[int, Query(description="Rows per page (1..500).")] = 50,
-    cursor: Annotated[str | None, Query(description="`next_cursor` of the previous page.")] = None,
+    limit: LimitQuery = 50,
+    cursor: KeysetQuery = None,
 ) -> dict[str, Any]:
     """Events in (timestamp, conversation, seq) order; pass `next_cursor` back for the next page.
 

@@ -8,10 +8,11 @@ from datetime import UTC, datetime
 
 import sqlalchemy as sa
 from fastapi import APIRouter, HTTPException
-from pydantic import BaseModel, ConfigDict, Field
-from sqlalchemy.engine import Connection
+from fastapi.concurrency import run_in_threadpool
+from pydantic import BaseModel, ConfigDict
 
-from consumers.api.deps import ApiContext, Conn, Ctx, Tenant
+from consumers.api.deps import ApiContext, Ctx, Tenant
+from consumers.api.params import ConversationIdPath, MessageText, Sender
 from consumers.views.tables import conversations as views_table
 from schemas import InboxMessage
 from schemas._types import InboxCommand
@@ -25,8 +26,8 @@ class PostMessage(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    content: str = Field(min_length=1, max_length=100_000, description="Message text.")
-    sender: str = Field("user", min_length=1, max_length=200, description="Who sends it.")
+    content: MessageText
+    sender: Sender = "user"
 
 
 class Accepted(BaseModel):
@@ -45,11 +46,11 @@ class Accepted(BaseModel):
     response_model=Accepted,
     summary="Send a user message (durable in the inbox before 202)",
 )
-def post_message(
-    conversation_id: str, body: PostMessage, tenant_id: Tenant, conn: Conn, ctx: Ctx
+async def post_message(
+    conversation_id: ConversationIdPath, body: PostMessage, tenant_id: Tenant, ctx: Ctx
 ) -> Accepted:
     """Queue a message for a conversation (it may not have started yet); 404 if another tenant owns it."""
-    return send_to_inbox(conn, ctx, tenant_id, conversation_id, "message", body.content, body.sender)
+    return await send_to_inbox(ctx, tenant_id, conversation_id, "message", body.content, body.sender)
 
 
 @router.post(
@@ -58,9 +59,9 @@ def post_message(
     response_model=Accepted,
     summary="Pause a conversation (a command in the inbox, durable before 202)",
 )
-def post_pause(conversation_id: str, tenant_id: Tenant, conn: Conn, ctx: Ctx) -> Accepted:
+async def post_pause(conversation_id: ConversationIdPath, tenant_id: Tenant, ctx: Ctx) -> Accepted:
     """Ask the conversation's runner to pause it after the current step; 404 unless the tenant has it."""
-    return send_to_inbox(conn, ctx, tenant_id, conversation_id, "pause", "", "user", must_exist=True)
+    return await send_to_inbox(ctx, tenant_id, conversation_id, "pause", "", "user", must_exist=True)
 
 
 @router.post(
@@ -69,13 +70,12 @@ def post_pause(conversation_id: str, tenant_id: Tenant, conn: Conn, ctx: Ctx) ->
     response_model=Accepted,
     summary="Resume a paused conversation (a command in the inbox, durable before 202)",
 )
-def post_resume(conversation_id: str, tenant_id: Tenant, conn: Conn, ctx: Ctx) -> Accepted:
+async def post_resume(conversation_id: ConversationIdPath, tenant_id: Tenant, ctx: Ctx) -> Accepted:
     """Ask the runner to resume the conversation (or confirm a pending action); 404 unless the tenant's."""
-    return send_to_inbox(conn, ctx, tenant_id, conversation_id, "resume", "", "user", must_exist=True)
+    return await send_to_inbox(ctx, tenant_id, conversation_id, "resume", "", "user", must_exist=True)
 
 
-def send_to_inbox(
-    conn: Connection,
+async def send_to_inbox(
     ctx: ApiContext,
     tenant_id: str,
     conversation_id: str,
@@ -90,9 +90,7 @@ def send_to_inbox(
     Raises:
         PublishError: not acknowledged in time (the app answers 503).
     """
-    owner = conn.execute(
-        sa.select(views_table.c.tenant_id).where(views_table.c.conversation_id == conversation_id)
-    ).scalar()
+    owner = await run_in_threadpool(read_side_owner, ctx, conversation_id)
     if (owner is not None and owner != tenant_id) or (owner is None and must_exist):
         raise HTTPException(404, f"no conversation {conversation_id!r}")
     message = InboxMessage(
@@ -104,7 +102,7 @@ def send_to_inbox(
         content=content,
         sender=sender,
     )
-    (delivery,) = ctx.publish([(INBOX, message)])
+    (delivery,) = await ctx.publish_async([(INBOX, message)])
     return Accepted(
         id=message.id,
         conversation_id=conversation_id,
@@ -112,3 +110,10 @@ def send_to_inbox(
         partition=delivery.partition,
         offset=delivery.offset,
     )
+
+
+def read_side_owner(ctx: ApiContext, conversation_id: str) -> str | None:
+    """The tenant the read side names as the conversation's owner, None when it does not know it."""
+    with ctx.engine.connect() as conn:
+        query = sa.select(views_table.c.tenant_id).where(views_table.c.conversation_id == conversation_id)
+        return conn.execute(query).scalar()  # type: ignore[no-any-return]

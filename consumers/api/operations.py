@@ -10,13 +10,20 @@ from __future__ import annotations
 
 import uuid
 from datetime import UTC, datetime
-from typing import Annotated, Any, Literal
+from typing import Any, Literal
 
-from fastapi import APIRouter, HTTPException, Query
-from fastapi.concurrency import run_in_threadpool
+from fastapi import APIRouter, HTTPException
 from pydantic import BaseModel, ConfigDict, Field
 
 from consumers.api.deps import ApiContext, Conn, Ctx, Tenant
+from consumers.api.params import (
+    ConversationIdPath,
+    ConversationIdQuery,
+    KeysetQuery,
+    LimitQuery,
+    Note,
+    OperationIdPath,
+)
 from consumers.effects import (
     conversation_status,
     counts_by_status,
@@ -24,6 +31,7 @@ from consumers.effects import (
     list_operations,
     operation_ledger,
     operation_view,
+    parked_receipts,
 )
 from projections.effects import OperationState, OperationStatus, transition_id
 from schemas import EffectResolved, InboxMessage
@@ -31,7 +39,8 @@ from schemas.topics import EFFECTS, INBOX
 
 router = APIRouter(tags=["effects"])
 
-Status = Literal["proposed", "executing", "confirmed", "failed", "unknown"]
+Status = Literal["proposed", "executing", "confirmed", "failed", "unknown", "parked"]
+"""An operation status; `parked`: a receipt for an operation not (yet) seen proposed, kept apart."""
 
 
 class Resolve(BaseModel):
@@ -42,7 +51,7 @@ class Resolve(BaseModel):
     decision: Literal["confirmed", "failed", "retry"] = Field(
         description="confirmed: it happened; failed: it did not and must not be retried; retry: run it again."
     )
-    note: str = Field("", max_length=2000, description="Why (kept on the ledger).")
+    note: Note = ""
 
 
 @router.get("/operations", summary="the tenant's operations; status=unknown is the human queue")
@@ -50,9 +59,9 @@ def operations(
     tenant: Tenant,
     conn: Conn,
     status: Status | None = None,
-    after: Annotated[str | None, Query(description="operation_id to continue after (keyset page)")] = None,
-    limit: Annotated[int, Query(ge=1, le=500)] = 50,
-    conversation_id: Annotated[str | None, Query(description="Only this conversation's.")] = None,
+    after: KeysetQuery = None,
+    limit: LimitQuery = 50,
+    conversation_id: ConversationIdQuery = None,
 ) -> dict[str, Any]:
     """Operations with intent (tool + arguments), target and evidence, plus counts by status."""
     states = list_operations(conn, tenant, status, after, limit, conversation_id)
@@ -60,6 +69,7 @@ def operations(
         "operations": [operation_view(s) for s in states],
         "next": states[-1].operation_id if len(states) == limit else None,
         "counts": counts_by_status(conn, tenant),
+        "parked_receipts": parked_receipts(conn, tenant),
     }
 
 
@@ -76,7 +86,9 @@ def owned_operation(conn: Any, tenant: str, operation_id: str) -> OperationState
     status_code=202,
     summary="decide an unknown operation: confirmed, failed, or retry",
 )
-async def resolve(operation_id: str, body: Resolve, tenant: Tenant, conn: Conn, ctx: Ctx) -> dict[str, Any]:
+async def resolve(
+    operation_id: OperationIdPath, body: Resolve, tenant: Tenant, conn: Conn, ctx: Ctx
+) -> dict[str, Any]:
     """Record the decision on the ledger and wake the conversation's runner; 409 unless unknown."""
     state = owned_operation(conn, tenant, operation_id)
     resolved = await record_decision(ctx, state, body, f"human:{tenant}")
@@ -112,20 +124,20 @@ async def record_decision(ctx: ApiContext, state: OperationState, body: Resolve,
         operation_id=operation_id,
     )
     # The decision is durable on the ledger before the runner is woken to act on it.
-    await run_in_threadpool(ctx.publish, [(EFFECTS, resolved)])
-    await run_in_threadpool(ctx.publish, [(INBOX, wake)])
+    await ctx.publish_async([(EFFECTS, resolved)])
+    await ctx.publish_async([(INBOX, wake)])
     return resolved
 
 
 @router.get("/operations/{operation_id:path}", summary="one operation with its ledger")
-def operation(operation_id: str, tenant: Tenant, conn: Conn) -> dict[str, Any]:
+def operation(operation_id: OperationIdPath, tenant: Tenant, conn: Conn) -> dict[str, Any]:
     """An operation's intent, status, evidence and every distinct ledger record."""
     state = owned_operation(conn, tenant, operation_id)
     return {**operation_view(state), "ledger": operation_ledger(conn, operation_id)}
 
 
 @router.get("/conversations/{conversation_id}/status", summary="done? stopped? effects confirmed?")
-def status(conversation_id: str, tenant: Tenant, conn: Conn) -> dict[str, Any]:
+def status(conversation_id: ConversationIdPath, tenant: Tenant, conn: Conn) -> dict[str, Any]:
     """Three separate facts, never one green tick: agent says done, run loop stopped, effects confirmed."""
     found = conversation_status(conn, conversation_id)
     if found is None or found["tenant_id"] != tenant:

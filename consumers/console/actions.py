@@ -14,13 +14,15 @@ from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import Response
 from pydantic import ValidationError
 
-from consumers.api.deps import Conn, context
+from consumers.api.deps import Conn, client_address, context
 from consumers.api.messages import send_to_inbox
 from consumers.api.operations import Resolve, owned_operation, record_decision
 from consumers.console.render import form, redirect, render
 from consumers.console.session import COOKIE, LOGIN_COOKIE, ConsoleUser, same_token, set_cookie
 from consumers.console.web import console_state, current_user, error_page, login_redirect
 from infra.errors import PublishError
+from schemas.errors import InvalidValueError
+from schemas.validation import check_operation_id, conversation_id_problem, shown, text_problem
 
 router = APIRouter(include_in_schema=False)
 
@@ -53,8 +55,15 @@ async def login(request: Request) -> Response:
         return _login_page(request, "The sign-in form expired. Please try again.", 403)
     sessions = console_state(request).sessions
     api_key = fields.get("api_key", "")
-    name = " ".join(fields.get("name", "").split())[:80]
+    # The name goes into `decided_by` on the ledger: printable characters only.
+    name = "".join(c for c in " ".join(fields.get("name", "").split()) if c.isprintable())[:80]
+    throttle, client = context(request).throttle, client_address(request)
+    try:
+        throttle.check(client)
+    except HTTPException as exc:
+        return _login_page(request, str(exc.detail), 429)
     if not api_key or sessions.tenant_of_key(api_key) is None:
+        throttle.failed(client)
         return _login_page(request, "Unknown API key.", 401)
     response = redirect("/")
     set_cookie(response, request, COOKIE, sessions.issue(api_key, name), max_age=sessions.ttl_s)
@@ -90,38 +99,38 @@ async def _checked(request: Request) -> tuple[ConsoleUser | None, dict[str, str]
 
 
 @router.post("/console/conversations/{conversation_id}/messages", summary="console: send a message")
-async def send_message(request: Request, conversation_id: str, conn: Conn) -> Response:
+async def send_message(request: Request, conversation_id: str) -> Response:
     """A user message into the conversation's inbox (durable before the redirect)."""
     user, fields, refused = await _checked(request)
     if refused or user is None:
         return refused or login_redirect()
     content = fields.get("content", "")
-    if not content.strip() or len(content) > MAX_MESSAGE:
-        return error_page(user, HTTPException(400, f"a message has 1 to {MAX_MESSAGE} characters"))
-    return await _inbox(request, conn, user, conversation_id, "message", content, "sent")
+    if not content.strip() or len(content) > MAX_MESSAGE or text_problem(content):
+        problem = text_problem(content) or f"must have 1 to {MAX_MESSAGE} characters"
+        return error_page(user, HTTPException(400, f"the message {problem}"))
+    return await _inbox(request, user, conversation_id, "message", content, "sent")
 
 
 @router.post("/console/conversations/{conversation_id}/pause", summary="console: pause")
-async def pause(request: Request, conversation_id: str, conn: Conn) -> Response:
+async def pause(request: Request, conversation_id: str) -> Response:
     """Ask the runner to pause the conversation."""
     user, _, refused = await _checked(request)
     if refused or user is None:
         return refused or login_redirect()
-    return await _inbox(request, conn, user, conversation_id, "pause", "", "pause")
+    return await _inbox(request, user, conversation_id, "pause", "", "pause")
 
 
 @router.post("/console/conversations/{conversation_id}/resume", summary="console: resume")
-async def resume(request: Request, conversation_id: str, conn: Conn) -> Response:
+async def resume(request: Request, conversation_id: str) -> Response:
     """Ask the runner to resume the conversation."""
     user, _, refused = await _checked(request)
     if refused or user is None:
         return refused or login_redirect()
-    return await _inbox(request, conn, user, conversation_id, "resume", "", "resume")
+    return await _inbox(request, user, conversation_id, "resume", "", "resume")
 
 
 async def _inbox(
     request: Request,
-    conn: Conn,
     user: ConsoleUser,
     conversation_id: str,
     command: str,
@@ -130,10 +139,10 @@ async def _inbox(
 ) -> Response:
     ctx = context(request)
     sender = user.name or "user"
+    if conversation_id_problem(conversation_id):
+        return error_page(user, HTTPException(404, f"no conversation {shown(conversation_id)}"))
     try:
-        await run_in_threadpool(
-            send_to_inbox,
-            conn,
+        await send_to_inbox(
             ctx,
             user.tenant_id,
             conversation_id,
@@ -156,6 +165,10 @@ async def resolve(request: Request, conn: Conn) -> Response:
     if refused or user is None:
         return refused or login_redirect()
     operation_id = fields.get("operation_id", "")
+    try:
+        check_operation_id(operation_id)
+    except InvalidValueError:
+        return error_page(user, HTTPException(404, f"no operation {shown(operation_id)}"))
     try:
         body = Resolve(decision=fields.get("decision", ""), note=fields.get("note", ""))  # type: ignore[arg-type]
     except ValidationError:

@@ -132,8 +132,8 @@ def parse_int(value: str | None, name: str, upper: int = 2**62) -> int | None:
     """A non-negative bounded integer from a query string; 400 otherwise."""
     if value is None or value == "":
         return None
-    if not value.isdigit() or int(value) > upper:
-        raise HTTPException(400, f"`{name}` must be an integer from 0 to {upper}, not {value!r}")
+    if not (value.isascii() and value.isdigit()) or len(value) > 20 or int(value) > upper:
+        raise HTTPException(400, f"`{name}` must be an integer from 0 to {upper}, not {value[:40]!r}")
     return int(value)
 
 

@@ -9,6 +9,7 @@ from consumers.effects.queries import (
     list_operations,
     operation_ledger,
     operation_view,
+    parked_receipts,
 )
 
 __all__ = [
@@ -21,5 +22,6 @@ __all__ = [
     "load_operations",
     "operation_ledger",
     "operation_view",
+    "parked_receipts",
     "to_row",
 ]

@@ -59,7 +59,9 @@ def list_operations(
     query = sa.select(operations.c.state).where(operations.c.tenant_id == tenant_id)
     if conversation_id is not None:
         query = query.where(operations.c.conversation_id == conversation_id)
-    if status is not None:
+    if status == "parked":
+        query = query.where(operations.c.status.is_(None))
+    elif status is not None:
         query = query.where(operations.c.status == status)
     else:
         query = query.where(operations.c.status.is_not(None))
@@ -96,6 +98,14 @@ def counts_by_status(conn: Connection, tenant_id: str | None = None) -> dict[str
     counts = {s.value: 0 for s in OperationStatus}
     counts.update(dict(conn.execute(query.group_by(operations.c.status)).all()))  # type: ignore[arg-type]
     return counts
+
+
+def parked_receipts(conn: Connection, tenant_id: str) -> int:
+    """Receipts held for operations the read side has not seen proposed (status `parked`)."""
+    query = sa.select(sa.func.count()).where(
+        operations.c.tenant_id == tenant_id, operations.c.status.is_(None)
+    )
+    return int(conn.execute(query).scalar() or 0)
 
 
 def counts_by_conversation(

@@ -24,7 +24,8 @@ from infra import tracing
 from infra.ops import Health
 from infra.settings import Settings
 from projections import effects
-from projections.effects import IllegalTransitionError, LookupResult, OperationState
+from projections.effects import LookupResult, OperationState
+from projections.errors import ProjectionError
 from schemas import ActionEvent, Codec, LedgerRecord, ObservationEvent, Receipt
 from schemas.errors import SchemaError
 from schemas.records import LEDGER_TYPES
@@ -106,7 +107,7 @@ class Reconciler:
         state = self.load(operation_id)
         try:
             new = effects.fold(state or effects.initial(operation_id), record)
-        except IllegalTransitionError as exc:
+        except ProjectionError as exc:  # an illegal transition, another tenant's record
             return await self._dead_letter(topic, partition, offset, key, value, exc)
         if trace is not None:
             self._traces[operation_id] = trace

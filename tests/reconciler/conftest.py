@@ -179,7 +179,11 @@ def system_settings(broker: BrokerInfo, root: Path, provider_url: str, **overrid
     """Settings for a whole pipeline: short deadlines and ticks, a SQLite store, tenant keys."""
     base: dict[str, object] = {
         "store_url": f"sqlite:///{root / 'store.db'}",
-        "api": {"keys": {"k-acme": "acme"}, "receipt_secrets": {"tracker": RECEIPT_SECRET}},
+        "api": {
+            "keys": {"k-acme": "acme"},
+            "receipt_secrets": {"tracker": RECEIPT_SECRET},
+            "receipt_tools": {"tracker": ["create_issue", "notify"]},
+        },
         "reconciler": {
             "tick_interval_s": 0.3,
             "receipt_grace_s": 0.5,

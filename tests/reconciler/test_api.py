@@ -6,6 +6,7 @@ import hashlib
 import hmac
 import json
 from collections.abc import Callable, Iterator
+from datetime import timedelta
 
 import pytest
 from fastapi.testclient import TestClient
@@ -33,7 +34,13 @@ def api(make_settings: Callable[..., Settings], tmp_path) -> Iterator[tuple[Test
 
     settings = make_settings(
         store_url=f"sqlite:///{tmp_path / 'store.db'}",
-        api={"keys": {"k-acme": "acme", "k-other": "other"}, "receipt_secrets": {"tracker": RECEIPT_SECRET}},
+        api={
+            "keys": {"k-acme": "acme", "k-other": "other"},
+            "receipt_secrets": {"tracker": RECEIPT_SECRET, "mailer": "mailer-secret"},
+            "receipt_tools": {"tracker": ["create_issue"], "mailer": ["notify"]},
+            "receipt_wait_s": 0.3,
+            "auth_failures": 5,
+        },
     )
     apply_topics(settings)
     ensure_projections(open_engine(settings.resolved_store_url), [EffectsConsumer()])
@@ -49,22 +56,30 @@ def receipt_body(**overrides: object) -> bytes:
     body = {
         "provider": "tracker", "operation_id": "conv-1/act-1", "tenant_id": "acme",
         "provider_receipt": "trk-1", "status": "succeeded", "result": '{"id": 1}',
-        "timestamp": "2026-01-01T00:00:00+00:00",
+        "timestamp": now().isoformat(),
     }  # fmt: skip
     body.update(overrides)
     return json.dumps(body).encode()
 
 
+def proposed(settings: Settings, conversation: str, tool: str = "create_issue", tenant: str = "acme") -> str:
+    """An operation the read side knows (proposed and started), as the runner would have left it."""
+    op, records = started_operation(conversation, tool=tool, tenant=tenant)
+    apply(open_engine(settings.resolved_store_url), [r for _, r in records])
+    return op
+
+
 def test_receipts_ingress(api: tuple[TestClient, Settings]) -> None:
     client, settings = api
-    body = receipt_body()
+    op = proposed(settings, "conv-1")
+    body = receipt_body(operation_id=op)
     assert client.post("/receipts", content=body).status_code == 401
     assert client.post("/receipts", content=body, headers=signed(body, "wrong")).status_code == 401
     assert client.post("/receipts", content=body, headers=signed(body + b" ")).status_code == 401
     garbage = b"{not json"
     bad = client.post("/receipts", content=garbage, headers=signed(garbage))
     assert bad.status_code == 400 and "not JSON" in bad.json()["detail"]
-    partial = receipt_body(provider_receipt=None)
+    partial = receipt_body(operation_id=op, provider_receipt=None)
     missing = client.post("/receipts", content=partial, headers=signed(partial))
     assert missing.status_code == 400 and "provider_receipt" in missing.json()["detail"]
     ok = client.post("/receipts", content=body, headers=signed(body))
@@ -76,6 +91,54 @@ def test_receipts_ingress(api: tuple[TestClient, Settings]) -> None:
     ]
     assert isinstance(first, Receipt) and first == second
     assert (first.conversation_id, first.provider_receipt) == ("conv-1", "trk-1")
+
+
+def test_hostile_receipts_are_refused_before_anything_is_stored(api: tuple[TestClient, Settings]) -> None:
+    client, settings = api
+    op = proposed(settings, "conv-h")
+    others = proposed(settings, "conv-o", tenant="other")
+    notify = proposed(settings, "conv-n", tool="notify")
+
+    def post(body: bytes, secret: str = RECEIPT_SECRET) -> tuple[int, str]:
+        found = client.post("/receipts", content=body, headers=signed(body, secret))
+        return found.status_code, found.json()["detail"] if found.status_code >= 400 else ""
+
+    old = (now() - timedelta(days=2)).isoformat()
+    future = (now() + timedelta(hours=1)).isoformat()
+    cases = {
+        "unknown operation": (receipt_body(operation_id="conv-h/nope"), 404),
+        "another tenant's operation": (receipt_body(operation_id=others), 404),
+        "a tool the provider is not bound to": (receipt_body(operation_id=notify), 403),
+        "a timestamp too old": (receipt_body(operation_id=op, timestamp=old), 400),
+        "a timestamp in the future": (receipt_body(operation_id=op, timestamp=future), 400),
+        "NUL in the receipt id": (receipt_body(operation_id=op, provider_receipt="trk\x00"), 400),
+        "NUL in the result": (receipt_body(operation_id=op, result="a\x00b"), 400),
+        "a huge operation id": (receipt_body(operation_id="c/" + "x" * 5000), 400),
+        "deep nesting": (b"[" * 50_000 + b"]" * 50_000, 413),
+        "a JSON array": (b"[1, 2]", 400),
+    }
+    for what, (body, status) in cases.items():
+        found, detail = post(body)
+        assert found == status, (what, found, detail)
+        assert len(detail) < 600, (what, detail)
+    nested = b'{"a":' * 10_000 + b"1" + b"}" * 10_000
+    assert post(nested)[0] == 400  # deep nesting within the size cap: 400, never 500
+    # The mailer's secret signs a receipt naming the tracker: refused.
+    assert post(receipt_body(operation_id=op), "mailer-secret")[0] == 401
+    big = b"x" * (settings.api.receipt_max_bytes + 1)
+    assert client.post("/receipts", content=big, headers=signed(big)).status_code == 413
+    assert list(read_topic(settings, RECEIPTS.name(settings.namespace))) == []  # nothing was stored
+    assert post(receipt_body(operation_id=notify, provider="mailer"), "mailer-secret")[0] == 202
+
+
+def test_failed_authentication_is_rate_limited(api: tuple[TestClient, Settings]) -> None:
+    client, _settings = api
+    for _ in range(5):
+        assert client.get("/operations", headers={"X-API-Key": "guess"}).status_code == 401
+    limited = client.get("/operations", headers={"X-API-Key": "k-acme"})
+    assert limited.status_code == 429 and int(limited.headers["Retry-After"]) >= 1
+    body = receipt_body()
+    assert client.post("/receipts", content=body, headers=signed(body)).status_code == 429
 
 
 def test_human_queue_and_resolve(api: tuple[TestClient, Settings]) -> None:
