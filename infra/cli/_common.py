@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable
 from datetime import UTC, datetime
 
 from infra import devstack
 from infra.errors import NoBrokerError
 from infra.settings import Settings
-from schemas.errors import ConvdbError
+from schemas.errors import ConvdbError, InvalidValueError
+from schemas.validation import check_conversation_id, check_id, shown
 
 
 class UsageError(ConvdbError):
@@ -39,29 +41,60 @@ def refuse_sample_credentials(settings: Settings, *, serving_api: bool = True) -
         )
 
 
+MAX_INT64 = 2**63 - 1
+"""Largest offset or count a command takes (Kafka offsets are signed 64-bit)."""
+EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
 def iso_timestamp(text: str) -> datetime:
-    """argparse type: an ISO-8601 time; naive times are UTC."""
+    """argparse type: an ISO-8601 time from 1970 on (Kafka timestamps start there); naive times are UTC."""
     try:
         value = datetime.fromisoformat(text)
     except ValueError as exc:
-        raise argparse.ArgumentTypeError(f"not an ISO-8601 time: {text!r}") from exc
-    return value if value.tzinfo else value.replace(tzinfo=UTC)
+        raise argparse.ArgumentTypeError(f"not an ISO-8601 time: {shown(text)}") from exc
+    value = value if value.tzinfo else value.replace(tzinfo=UTC)
+    if value < EPOCH:
+        raise argparse.ArgumentTypeError(f"{shown(text)} is before 1970-01-01, where Kafka time starts")
+    return value
 
 
-def non_negative(text: str) -> int:
-    """argparse type: an integer >= 0."""
+def bounded(low: int, high: int = MAX_INT64) -> Callable[[str], int]:
+    """argparse type: an integer from `low` to `high`."""
+
+    def parse(text: str) -> int:
+        stripped = text.strip()
+        if not (stripped.lstrip("-").isascii() and stripped.lstrip("-").isdigit()) or len(stripped) > 25:
+            raise argparse.ArgumentTypeError(f"not an integer: {shown(text)}")
+        value = int(stripped)
+        if not low <= value <= high:
+            raise argparse.ArgumentTypeError(f"must be from {low} to {high}, got {shown(text)}")
+        return value
+
+    parse.__name__ = "integer"  # argparse names the type in its messages
+    return parse
+
+
+non_negative = bounded(0)
+"""argparse type: an integer from 0 to 2**63-1 (an offset)."""
+positive = bounded(1)
+"""argparse type: an integer from 1 to 2**63-1."""
+port = bounded(1, 65535)
+"""argparse type: a TCP port."""
+port_or_zero = bounded(0, 65535)
+"""argparse type: a TCP port, 0 meaning any free one."""
+
+
+def identifier(text: str) -> str:
+    """argparse type: an identifier (tenant, sender; `schemas.validation`)."""
     try:
-        value = int(text)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from exc
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be >= 0, got {value}")
-    return value
+        return check_id(text, "the id")
+    except InvalidValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from exc
 
 
-def positive(text: str) -> int:
-    """argparse type: an integer >= 1."""
-    value = non_negative(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
-    return value
+def conversation_id(text: str) -> str:
+    """argparse type: a conversation id (`schemas.validation`)."""
+    try:
+        return check_conversation_id(text)
+    except InvalidValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from exc

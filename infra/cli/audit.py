@@ -8,7 +8,7 @@ import json
 from consumers.archive import audit
 from consumers.archive.errors import StoreUrlError
 from consumers.archive.replay import open_store
-from infra.cli._common import UsageError, iso_timestamp, load_settings
+from infra.cli._common import MAX_INT64, UsageError, conversation_id, iso_timestamp, load_settings
 from infra.cli.export import trajectory
 from infra.cli.replay import load_projector
 from projections import view
@@ -29,7 +29,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     )
     d.set_defaults(func=_diff)
     s = actions.add_parser("show", help="the agent's view of a conversation as of a time or an offset")
-    s.add_argument("conversation", metavar="CONV", help="conversation id")
+    s.add_argument("conversation", type=conversation_id, metavar="CONV", help="conversation id")
     s.add_argument("--at", required=True, metavar="ISO|OFFSET", help="a time (ISO-8601) or an events offset")
     s.add_argument("--source", choices=("kafka", "archive"), default="kafka", help="where to read")
     s.add_argument("--format", choices=("pretty", "json"), default="pretty", help="output format")
@@ -84,7 +84,9 @@ def _show(args: argparse.Namespace) -> int:
 
 
 def _point(text: str) -> tuple[object, int | None]:
-    if text.isdigit():
+    if text.isascii() and text.isdigit():
+        if len(text) > 19 or int(text) > MAX_INT64:
+            raise UsageError(f"--at offset {text[:30]} is beyond the largest Kafka offset")
         return None, int(text)
     try:
         return iso_timestamp(text), None

@@ -11,7 +11,7 @@ from types import FrameType
 from consumers import plugins
 from consumers.errors import PluginError
 from consumers.runner import Runner
-from infra.cli._common import UsageError, load_settings, non_negative, positive, require_broker
+from infra.cli._common import UsageError, load_settings, port_or_zero, positive, require_broker
 from infra.ops import OpsServer, start_ops
 from infra.settings import Settings
 
@@ -29,7 +29,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("names", nargs="+", metavar="NAME", help="plugin name(s), or 'all'")
     p.add_argument(
         "--metrics-port",
-        type=non_negative,
+        type=port_or_zero,
         metavar="P",
         help="serve /metrics and /healthz on P (default: CONVDB_OPS__PORT)",
     )

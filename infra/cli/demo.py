@@ -21,7 +21,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from infra.cli._common import load_settings, positive
+from infra.cli._common import bounded, load_settings
 from infra.cli._demo_read import archive_proof, demo_settings, read_through_api, services
 from infra.cli.run import broker_for, send_task
 from infra.reader import read_topic
@@ -41,10 +41,12 @@ DEMO_TENANT = "demo"
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     """Add the `demo` command."""
     p = sub.add_parser("demo", help="run scripted conversations with side effects and print a summary")
-    p.add_argument("--conversations", type=positive, default=3, metavar="N", help="how many (default 3)")
+    p.add_argument(
+        "--conversations", type=bounded(1, 10_000), default=3, metavar="N", help="how many (default 3)"
+    )
     p.add_argument("--json", action="store_true", help="print the summary as one JSON object")
     p.add_argument(
-        "--runners", type=positive, default=1, metavar="N",
+        "--runners", type=bounded(1, 64), default=1, metavar="N",
         help="run the conversations with N fleet runner processes (default 1: a runner in this process)",
     )  # fmt: skip
     p.set_defaults(func=_demo)

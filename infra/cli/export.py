@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 
 from consumers.archive import export
-from infra.cli._common import UsageError, load_settings, require_broker
+from infra.cli._common import UsageError, conversation_id, load_settings, require_broker
 from infra.cli.replay import open_reader
 from infra.settings import Settings
 from schemas import make_codec
@@ -16,7 +16,7 @@ from schemas import make_codec
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add the `export` command."""
     p = sub.add_parser("export", help="write a conversation's full trajectory in order")
-    p.add_argument("conversation", metavar="CONV", help="conversation id")
+    p.add_argument("conversation", type=conversation_id, metavar="CONV", help="conversation id")
     p.add_argument("--format", choices=("jsonl", "avro"), default="jsonl", help="jsonl (default) or avro")
     p.add_argument("--source", choices=("kafka", "archive"), default="kafka", help="where to read")
     p.add_argument("--output", "-o", type=Path, metavar="FILE", help="write here instead of stdout")

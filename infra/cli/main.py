@@ -9,9 +9,11 @@ import argparse
 import importlib
 import os
 import sys
+from typing import NoReturn
 
 from confluent_kafka import KafkaException
 from pydantic import ValidationError
+from pydantic_settings import SettingsError
 
 from infra.cli._common import UsageError
 from infra.logs import configure_logging
@@ -49,15 +51,29 @@ def service_name(args: argparse.Namespace) -> str | None:
     return service
 
 
+def _settings_error(exc: SettingsError) -> str:
+    # 'error parsing value for field "api" from source "EnvSettingsSource"': name the variable.
+    field = str(exc).split('"')[1] if str(exc).count('"') >= 2 else ""
+    return f"CONVDB_{field.upper()}__*: not valid JSON or not the expected shape" if field else str(exc)[:300]
+
+
 def _first_error(exc: ValidationError) -> str:
     error = exc.errors()[0]
     where = "CONVDB_" + "__".join(str(p) for p in error["loc"]).upper()
     return f"{where}: {error['msg']}"
 
 
+class OneLineParser(argparse.ArgumentParser):
+    """argparse, but a usage error is one line (with where to find help), exit code 2."""
+
+    def error(self, message: str) -> NoReturn:
+        """Print `prog: error: message` and exit 2."""
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} -h)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser with every command registered."""
-    parser = argparse.ArgumentParser(
+    parser = OneLineParser(
         prog="convdb", description="Conversation as database: agent conversations on Kafka."
     )
     parser.add_argument("-v", "--verbose", action="store_true", help="log at DEBUG level")
@@ -76,6 +92,9 @@ def main(argv: list[str] | None = None) -> int:
         ops = Settings().ops
     except ValidationError as exc:
         parser.exit(2, f"convdb: error: bad configuration: {_first_error(exc)}\n")
+    except SettingsError as exc:
+        # pydantic-settings could not parse a value at all (e.g. JSON of a dict setting).
+        parser.exit(2, f"convdb: error: bad configuration: {_settings_error(exc)}\n")
     service = service_name(args)
     configure_logging(ops, service=service is not None, verbose=args.verbose)
     if service is not None:
@@ -103,6 +122,11 @@ def main(argv: list[str] | None = None) -> int:
         # SIGPIPE, and keep the interpreter's final flush from failing on the closed pipe too.
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 141
+    except Exception as exc:  # noqa: BLE001 - the CLI boundary: one line, never a traceback as UI
+        if args.verbose:
+            raise
+        print(f"convdb: unexpected {type(exc).__name__}: {str(exc)[:500]} (-v shows where)", file=sys.stderr)
+        return 1
     return 0
 
 

@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 
-from infra.cli._common import UsageError, load_settings
+from infra.cli._common import UsageError, conversation_id, identifier, load_settings
 from infra.devstack import EphemeralStack
 from infra.errors import InfraError
 from infra.producer import DurableProducer
@@ -34,8 +34,10 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p = sub.add_parser("run", help="run one conversation to a stop state and print its events")
     p.add_argument("task", help="the user's message")
     p.add_argument("--model", help="litellm model, e.g. gpt-4o-mini (default: the scripted model)")
-    p.add_argument("--conversation", metavar="ID", help="conversation id (default: a new uuid)")
-    p.add_argument("--tenant", default="default", help="tenant id")
+    p.add_argument(
+        "--conversation", type=conversation_id, metavar="ID", help="conversation id (default: a new uuid)"
+    )
+    p.add_argument("--tenant", type=identifier, default="default", help="tenant id")
     p.add_argument(
         "--workspace", type=Path, help="folder the file tools work in (default: <data dir>/workspace)"
     )

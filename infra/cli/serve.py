@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import logging
 
-from infra.cli._common import load_settings, positive, refuse_sample_credentials
+from infra.cli._common import load_settings, port, refuse_sample_credentials
 from infra.ops import start_ops
 
 logger = logging.getLogger(__name__)
@@ -15,7 +15,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add the `serve` command."""
     p = sub.add_parser("serve", help="run the query API (OpenAPI docs at /docs)")
     p.add_argument("--host", help="bind address (default: CONVDB_API__HOST)")
-    p.add_argument("--port", type=positive, help="port (default: CONVDB_API__PORT)")
+    p.add_argument("--port", type=port, help="port (default: CONVDB_API__PORT)")
     p.set_defaults(func=_serve)
 
 

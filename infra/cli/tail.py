@@ -11,7 +11,14 @@ from typing import Any
 from confluent_kafka import Message
 
 from infra import dlq
-from infra.cli._common import iso_timestamp, load_settings, non_negative, positive, require_broker
+from infra.cli._common import (
+    conversation_id,
+    iso_timestamp,
+    load_settings,
+    non_negative,
+    positive,
+    require_broker,
+)
 from infra.reader import read_topic
 from schemas import AvroModel, Codec, make_codec
 from schemas.errors import SchemaError
@@ -24,7 +31,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add the `tail` command."""
     p = sub.add_parser("tail", help="print events (decoded) from an offset or a time")
     p.add_argument("--topic", choices=sorted(TOPICS), default="events", help="topic (default: events)")
-    p.add_argument("--conversation", metavar="ID", help="only this conversation")
+    p.add_argument("--conversation", type=conversation_id, metavar="ID", help="only this conversation")
     start = p.add_mutually_exclusive_group()
     start.add_argument(
         "--from-offset", type=non_negative, metavar="N", help="start at offset N of each partition"
