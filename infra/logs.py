@@ -18,6 +18,7 @@ from typing import Any
 
 from opentelemetry import trace
 
+from infra.secrets import redact_patterns
 from infra.settings import OpsSettings
 
 CONTEXT_FIELDS = ("conversation_id", "tenant_id")
@@ -71,7 +72,7 @@ class JsonFormatter(logging.Formatter):
         )
         if record.exc_info:
             line["exception"] = self.formatException(record.exc_info)
-        return json.dumps(line, default=str, ensure_ascii=False)
+        return redact_patterns(json.dumps(line, default=str, ensure_ascii=False))
 
 
 class TextFormatter(logging.Formatter):
@@ -84,7 +85,7 @@ class TextFormatter(logging.Formatter):
         """The record as text."""
         text = super().format(record)
         ids = [f"{k}={getattr(record, k)}" for k in (*CONTEXT_FIELDS, "trace_id") if getattr(record, k, None)]
-        return f"{text} [{' '.join(ids)}]" if ids else text
+        return redact_patterns(f"{text} [{' '.join(ids)}]" if ids else text)
 
 
 def level_of(ops: OpsSettings, *, service: bool, verbose: bool = False) -> str:

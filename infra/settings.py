@@ -270,6 +270,11 @@ class Settings(BaseSettings):
         description="Development mode: accept the sample API key and receipt secret. None: on exactly "
         "when the broker is the embedded one (the dev stack, `convdb demo`, tests on Tansu).",
     )
+    secrets: dict[str, SecretStr] = Field(
+        default_factory=dict,
+        description="Registered secrets, name -> value: replaced by <secret:NAME> before anything is "
+        "written (topics, stores, archive, logs); tools get the value back. See also `--secrets-file`.",
+    )
     crash_at: str | None = Field(
         None, description="Fault injection: SIGKILL the runner at this named crash point (tests only)."
     )
@@ -279,6 +284,10 @@ class Settings(BaseSettings):
         description="Fault injection: the signal sent at the crash point; SIGSTOP freezes a fleet runner "
         "once (a zombie for fencing tests).",
     )
+
+    def secret_values(self) -> dict[str, str]:
+        """The registered secrets, revealed (for the redaction registry only)."""
+        return {name: value.get_secret_value() for name, value in self.secrets.items()}
 
     def topic(self, suffix: str) -> str:
         """Full name of a topic under this namespace."""

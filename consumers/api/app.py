@@ -23,6 +23,7 @@ from consumers.api.deps import ApiContext
 from consumers.errors import QueryInputError
 from consumers.store import lock_schema, open_engine
 from infra.errors import PublishError
+from infra.secrets import SecretsRegistry
 from infra.settings import Settings
 from projections.errors import QueryError
 from schemas import make_codec
@@ -41,8 +42,13 @@ ROUTERS: tuple[str, ...] = (
 """Router modules included by default, in OpenAPI order."""
 
 
-def create_app(settings: Settings, routers: Sequence[str] = ROUTERS) -> FastAPI:
-    """The API app: reads the store at `settings.resolved_store_url`, writes to the inbox topic."""
+def create_app(
+    settings: Settings, routers: Sequence[str] = ROUTERS, secrets: SecretsRegistry | None = None
+) -> FastAPI:
+    """The API app: reads the store at `settings.resolved_store_url`, writes to the inbox topic.
+
+    `secrets`: the registry that redacts what the API writes (default: `CONVDB_SECRETS` and patterns).
+    """
     app = FastAPI(
         lifespan=_lifespan,
         title="convdb query API",
@@ -51,7 +57,8 @@ def create_app(settings: Settings, routers: Sequence[str] = ROUTERS) -> FastAPI:
         version="1",
     )
     engine = open_engine(settings.resolved_store_url, writer=False)
-    app.state.ctx = ApiContext(settings, engine, make_codec(settings.schema_registry_url))
+    registry = secrets or SecretsRegistry(settings.secret_values())
+    app.state.ctx = ApiContext(settings, engine, make_codec(settings.schema_registry_url), secrets=registry)
     _ensure_tables(settings.resolved_store_url)
     observe.install(app)
     app.add_middleware(RefuseControlCharacters)

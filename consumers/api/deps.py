@@ -16,6 +16,7 @@ from sqlalchemy.engine import Connection, Engine
 
 from infra.errors import PublishError
 from infra.producer import Delivery, DurableProducer
+from infra.secrets import SecretsRegistry
 from infra.settings import Settings
 from schemas import AvroModel, Codec
 from schemas.topics import Topic
@@ -80,6 +81,8 @@ class ApiContext:
     _producer: DurableProducer | None = field(default=None, repr=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
     throttle: AuthThrottle = field(init=False)
+    secrets: SecretsRegistry = field(default_factory=SecretsRegistry)
+    """Redacts what the API accepts before it is written (registered values, detected credentials)."""
     _writers: ThreadPoolExecutor | None = field(default=None, repr=False)
     _waiting: int = field(default=0, repr=False)
 

@@ -93,14 +93,16 @@ async def send_to_inbox(
     owner = await run_in_threadpool(read_side_owner, ctx, conversation_id)
     if (owner is not None and owner != tenant_id) or (owner is None and must_exist):
         raise HTTPException(404, f"no conversation {conversation_id!r}")
-    message = InboxMessage(
-        id=str(uuid.uuid4()),
-        conversation_id=conversation_id,
-        tenant_id=tenant_id,
-        timestamp=datetime.now(UTC),
-        command=command,
-        content=content,
-        sender=sender,
+    message = ctx.secrets.redact_record(
+        InboxMessage(
+            id=str(uuid.uuid4()),
+            conversation_id=conversation_id,
+            tenant_id=tenant_id,
+            timestamp=datetime.now(UTC),
+            command=command,
+            content=content,
+            sender=sender,
+        )
     )
     (delivery,) = await ctx.publish_async([(INBOX, message)])
     return Accepted(

@@ -123,6 +123,7 @@ async def record_decision(ctx: ApiContext, state: OperationState, body: Resolve,
         sender=by,
         operation_id=operation_id,
     )
+    resolved = ctx.secrets.redact_record(resolved)
     # The decision is durable on the ledger before the runner is woken to act on it.
     await ctx.publish_async([(EFFECTS, resolved)])
     await ctx.publish_async([(INBOX, wake)])

@@ -207,5 +207,5 @@ async def post_receipt(
         raise HTTPException(
             403, f"provider {signer!r} is not bound to tool {state.tool_name!r} (CONVDB_API__RECEIPT_TOOLS)"
         )
-    await ctx.publish_async([(RECEIPTS, receipt)])
+    await ctx.publish_async([(RECEIPTS, ctx.secrets.redact_record(receipt))])
     return Accepted(receipt_id=receipt.id, operation_id=receipt.operation_id)

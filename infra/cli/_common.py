@@ -41,6 +41,11 @@ def refuse_sample_credentials(settings: Settings, *, serving_api: bool = True) -
         )
 
 
+SECRETS_FILE_HELP = (
+    "register secrets (a JSON object of name -> value, or NAME=VALUE lines): replaced by <secret:NAME> "
+    "before anything is written; CONVDB_SECRETS registers them too"
+)
+
 MAX_INT64 = 2**63 - 1
 """Largest offset or count a command takes (Kafka offsets are signed 64-bit)."""
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)

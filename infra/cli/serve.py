@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import argparse
 import logging
+from pathlib import Path
 
-from infra.cli._common import load_settings, port, refuse_sample_credentials
+from infra.cli._common import SECRETS_FILE_HELP, load_settings, port, refuse_sample_credentials
 from infra.ops import start_ops
+from infra.secrets import registry_for
 
 logger = logging.getLogger(__name__)
 
@@ -16,6 +18,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("serve", help="run the query API (OpenAPI docs at /docs)")
     p.add_argument("--host", help="bind address (default: CONVDB_API__HOST)")
     p.add_argument("--port", type=port, help="port (default: CONVDB_API__PORT)")
+    p.add_argument("--secrets-file", type=Path, metavar="FILE", help=SECRETS_FILE_HELP)
     p.set_defaults(func=_serve)
 
 
@@ -27,7 +30,7 @@ def _serve(args: argparse.Namespace) -> int:
 
     settings = load_settings()
     refuse_sample_credentials(settings)
-    app = create_app(settings)
+    app = create_app(settings, secrets=registry_for(settings.secret_values(), args.secrets_file))
     host, port = args.host or settings.api.host, args.port or settings.api.port
     # The API answers /healthz and /metrics itself; the ops port serves the same for probes and
     # scrapers that use one port for every convdb service.
