@@ -172,6 +172,12 @@ class ApiSettings(Section):
         description="Writes (messages, commands, receipts, decisions) one API process waits on the broker "
         "for at once; beyond, 503 at once. Reads never wait behind them.",
     )
+    owner_scan_limit: int = Field(
+        100_000,
+        ge=1,
+        description="Most records of a partition's unfolded log tail a post to a conversation the read side "
+        "does not know reads to find its owner; beyond, 503 (the read side lags too far).",
+    )
     publish_timeout_s: float = Field(
         10.0, gt=0, description="How long a write waits for the broker's acknowledgement before 503."
     )

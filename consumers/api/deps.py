@@ -6,20 +6,23 @@ import asyncio
 import threading
 import time
 from collections import OrderedDict, deque
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Annotated
+from typing import Annotated, Any, TypeVar
 
 from fastapi import Depends, Header, HTTPException, Request
 from sqlalchemy.engine import Connection, Engine
 
+from consumers.api.ownership import LogOwnership
 from infra.errors import PublishError
 from infra.producer import Delivery, DurableProducer
 from infra.secrets import SecretsRegistry
 from infra.settings import Settings
 from schemas import AvroModel, Codec
 from schemas.topics import Topic
+
+T = TypeVar("T")
 
 
 class AuthThrottle:
@@ -85,6 +88,7 @@ class ApiContext:
     """Redacts what the API accepts before it is written (registered values, detected credentials)."""
     _writers: ThreadPoolExecutor | None = field(default=None, repr=False)
     _waiting: int = field(default=0, repr=False)
+    _ownership: LogOwnership | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
         self.throttle = AuthThrottle(self.settings.api.auth_failures, self.settings.api.auth_window_s)
@@ -124,6 +128,14 @@ class ApiContext:
         Raises:
             PublishError: not acknowledged in time, or too many writes already waiting.
         """
+        return await self.on_writer(self.publish, records)
+
+    async def on_writer(self, work: Callable[..., T], *args: Any) -> T:
+        """`work(*args)` on the bounded writer threads (broker calls), at most `publish_timeout_s`.
+
+        Raises:
+            PublishError: it took too long, or too many broker calls are already waiting.
+        """
         api = self.settings.api
         with self._lock:
             if self._writers is None:
@@ -132,13 +144,20 @@ class ApiContext:
                 raise PublishError(f"{self._waiting} writes are already waiting for the broker")
             self._waiting += 1
         loop = asyncio.get_running_loop()
-        future = loop.run_in_executor(self._writers, self.publish, records)
+        future = loop.run_in_executor(self._writers, lambda: work(*args))
+        future.add_done_callback(self._done)
         try:
             return await asyncio.wait_for(asyncio.shield(future), api.publish_timeout_s)
         except TimeoutError as exc:
-            raise PublishError(f"not acknowledged within {api.publish_timeout_s:.0f}s") from exc
-        finally:
-            future.add_done_callback(self._done)
+            raise PublishError(f"the broker did not answer within {api.publish_timeout_s:.0f}s") from exc
+
+    @property
+    def ownership(self) -> LogOwnership:
+        """Who owns a conversation, from the read side and the log tails (built on first use)."""
+        with self._lock:
+            if self._ownership is None:
+                self._ownership = LogOwnership(self.settings, self.engine, self.codec)
+            return self._ownership
 
     def _done(self, _future: object) -> None:
         with self._lock:
@@ -148,6 +167,8 @@ class ApiContext:
         """Release the producer (flushing it), the writer threads and the store."""
         if self._writers is not None:
             self._writers.shutdown(wait=False, cancel_futures=True)
+        if self._ownership is not None:
+            self._ownership.close()
         if self._producer is not None:
             self._producer.close()
         self.engine.dispose()

@@ -6,14 +6,12 @@ from __future__ import annotations
 import uuid
 from datetime import UTC, datetime
 
-import sqlalchemy as sa
 from fastapi import APIRouter, HTTPException
-from fastapi.concurrency import run_in_threadpool
 from pydantic import BaseModel, ConfigDict
 
 from consumers.api.deps import ApiContext, Ctx, Tenant
+from consumers.api.ownership import OwnershipUnknownError
 from consumers.api.params import ConversationIdPath, MessageText, Sender
-from consumers.views.tables import conversations as views_table
 from schemas import InboxMessage
 from schemas._types import InboxCommand
 from schemas.topics import INBOX
@@ -90,7 +88,11 @@ async def send_to_inbox(
     Raises:
         PublishError: not acknowledged in time (the app answers 503).
     """
-    owner = await run_in_threadpool(read_side_owner, ctx, conversation_id)
+    try:
+        owner, claim = await ctx.on_writer(ctx.ownership.owner, conversation_id)
+    except OwnershipUnknownError as exc:
+        raise HTTPException(503, f"cannot tell who owns {conversation_id!r} now: {exc}") from exc
+    # "Not yours" and "does not exist" are the same answer, so neither can be probed.
     if (owner is not None and owner != tenant_id) or (owner is None and must_exist):
         raise HTTPException(404, f"no conversation {conversation_id!r}")
     message = ctx.secrets.redact_record(
@@ -105,6 +107,13 @@ async def send_to_inbox(
         )
     )
     (delivery,) = await ctx.publish_async([(INBOX, message)])
+    if owner is None and claim is not None:
+        # A new conversation: another tenant's post may have won the race for this id.
+        won = await ctx.on_writer(
+            ctx.ownership.confirm_claim, claim, conversation_id, tenant_id, delivery.offset
+        )
+        if not won:
+            raise HTTPException(404, f"no conversation {conversation_id!r}")
     return Accepted(
         id=message.id,
         conversation_id=conversation_id,
@@ -112,10 +121,3 @@ async def send_to_inbox(
         partition=delivery.partition,
         offset=delivery.offset,
     )
-
-
-def read_side_owner(ctx: ApiContext, conversation_id: str) -> str | None:
-    """The tenant the read side names as the conversation's owner, None when it does not know it."""
-    with ctx.engine.connect() as conn:
-        query = sa.select(views_table.c.tenant_id).where(views_table.c.conversation_id == conversation_id)
-        return conn.execute(query).scalar()  # type: ignore[no-any-return]
