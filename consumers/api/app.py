@@ -16,10 +16,12 @@ from urllib.parse import unquote_to_bytes
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
+from fastapi.openapi.utils import get_openapi
 from fastapi.responses import JSONResponse
 
 from consumers.api import observe
 from consumers.api.deps import ApiContext
+from consumers.api.params import Problem
 from consumers.errors import QueryInputError
 from consumers.store import lock_schema, open_engine
 from infra.errors import PublishError
@@ -68,7 +70,30 @@ def create_app(
     app.add_exception_handler(QueryError, _query_error)
     app.add_exception_handler(QueryInputError, _query_error)
     app.add_exception_handler(PublishError, _unavailable)
+    app.openapi = lambda: _openapi(app)  # type: ignore[method-assign]
     return app
+
+
+def _openapi(app: FastAPI) -> dict[str, Any]:
+    """FastAPI's schema, saying what the API really answers: 400 (with `Problem`), never 422."""
+    if app.openapi_schema is None:
+        schema = get_openapi(
+            title=app.title, version=app.version, description=app.description, routes=app.routes
+        )
+        for operations in schema.get("paths", {}).values():
+            for operation in operations.values():
+                responses = operation.get("responses", {})
+                if responses.pop("422", None) is not None and "400" not in responses:
+                    responses["400"] = {
+                        "description": "bad input: the message names the parameter and the rule",
+                        "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Problem"}}},
+                    }
+        components = schema.get("components", {}).get("schemas", {})
+        for name in ("HTTPValidationError", "ValidationError"):
+            components.pop(name, None)
+        components.setdefault("Problem", Problem.model_json_schema())
+        app.openapi_schema = schema
+    return app.openapi_schema
 
 
 @asynccontextmanager

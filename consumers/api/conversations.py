@@ -12,7 +12,14 @@ from sqlalchemy.engine import Connection
 
 from consumers._rows import micros, payload_json
 from consumers.api.deps import Conn, Tenant
-from consumers.api.params import MAX_INT64, ConversationIdPath, KeysetQuery, OffsetQuery
+from consumers.api.params import (
+    AUTHENTICATED,
+    MAX_INT64,
+    ConversationIdPath,
+    KeysetQuery,
+    OffsetQuery,
+    problems,
+)
 from consumers.errors import QueryInputError
 from consumers.stats import conversations as stats_table
 from consumers.stats import from_row
@@ -23,7 +30,7 @@ from consumers.views.tables import events as views_events
 from projections import stats, view
 from schemas.validation import shown
 
-router = APIRouter(tags=["conversations"])
+router = APIRouter(tags=["conversations"], responses=AUTHENTICATED)
 
 
 def _summary_query(tenant_id: str) -> sa.Select[Any]:
@@ -151,7 +158,11 @@ def _recent_key(after: str) -> tuple[int, str]:
     return int(us), conversation_id
 
 
-@router.get("/conversations/{conversation_id}", summary="One conversation: title, status, stats")
+@router.get(
+    "/conversations/{conversation_id}",
+    summary="One conversation: title, status, stats",
+    responses=problems(404),
+)
 def get_conversation(conversation_id: ConversationIdPath, tenant_id: Tenant, conn: Conn) -> dict[str, Any]:
     """The conversation's summary; 404 when it does not exist for this tenant."""
     row = conn.execute(
@@ -162,7 +173,11 @@ def get_conversation(conversation_id: ConversationIdPath, tenant_id: Tenant, con
     return _summary(row)
 
 
-@router.get("/conversations/{conversation_id}/view", summary="The active branch (optionally as of T)")
+@router.get(
+    "/conversations/{conversation_id}/view",
+    summary="The active branch (optionally as of T)",
+    responses=problems(404),
+)
 def get_view(
     conversation_id: ConversationIdPath,
     tenant_id: Tenant,

@@ -9,11 +9,11 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Query
 
 from consumers.api.deps import Conn, Tenant
-from consumers.api.params import ConversationIdQuery, KeysetQuery, LimitQuery
+from consumers.api.params import AUTHENTICATED, ConversationIdQuery, KeysetQuery, LimitQuery
 from consumers.index import search
 from projections.index import SearchQuery
 
-router = APIRouter(tags=["events"])
+router = APIRouter(tags=["events"], responses=AUTHENTICATED)
 
 
 @router.get("/events", summary="Search the tenant's events")

@@ -11,12 +11,12 @@ from pydantic import BaseModel, ConfigDict
 
 from consumers.api.deps import ApiContext, Ctx, Tenant
 from consumers.api.ownership import OwnershipUnknownError
-from consumers.api.params import ConversationIdPath, MessageText, Sender
+from consumers.api.params import AUTHENTICATED, ConversationIdPath, MessageText, Sender, problems
 from schemas import InboxMessage
 from schemas._types import InboxCommand
 from schemas.topics import INBOX
 
-router = APIRouter(tags=["messages"])
+router = APIRouter(tags=["messages"], responses={**AUTHENTICATED, **problems(404, 503)})
 
 
 class PostMessage(BaseModel):

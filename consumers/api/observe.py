@@ -99,7 +99,11 @@ def health(app: FastAPI) -> Report:
     return True, {"problems": {}}
 
 
-@router.get("/healthz", summary="200 while the API can serve (its store answers), else 503")
+@router.get(
+    "/healthz",
+    summary="200 while the API can serve (its store answers), else 503",
+    responses={503: {"description": "unhealthy: `problems` says why"}},
+)
 def healthz(request: Request) -> JSONResponse:
     """The API's health, for readiness and liveness probes."""
     ok, details = health(request.app)

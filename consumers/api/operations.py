@@ -17,12 +17,14 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from consumers.api.deps import ApiContext, Conn, Ctx, Tenant
 from consumers.api.params import (
+    AUTHENTICATED,
     ConversationIdPath,
     ConversationIdQuery,
     KeysetQuery,
     LimitQuery,
     Note,
     OperationIdPath,
+    problems,
 )
 from consumers.effects import (
     conversation_status,
@@ -37,7 +39,7 @@ from projections.effects import OperationState, OperationStatus, transition_id
 from schemas import EffectResolved, InboxMessage
 from schemas.topics import EFFECTS, INBOX
 
-router = APIRouter(tags=["effects"])
+router = APIRouter(tags=["effects"], responses=AUTHENTICATED)
 
 Status = Literal["proposed", "executing", "confirmed", "failed", "unknown", "parked"]
 """An operation status; `parked`: a receipt for an operation not (yet) seen proposed, kept apart."""
@@ -84,6 +86,7 @@ def owned_operation(conn: Any, tenant: str, operation_id: str) -> OperationState
 @router.post(
     "/operations/{operation_id:path}/resolve",
     status_code=202,
+    responses=problems(404, 409, 503),
     summary="decide an unknown operation: confirmed, failed, or retry",
 )
 async def resolve(
@@ -130,14 +133,20 @@ async def record_decision(ctx: ApiContext, state: OperationState, body: Resolve,
     return resolved
 
 
-@router.get("/operations/{operation_id:path}", summary="one operation with its ledger")
+@router.get(
+    "/operations/{operation_id:path}", summary="one operation with its ledger", responses=problems(404)
+)
 def operation(operation_id: OperationIdPath, tenant: Tenant, conn: Conn) -> dict[str, Any]:
     """An operation's intent, status, evidence and every distinct ledger record."""
     state = owned_operation(conn, tenant, operation_id)
     return {**operation_view(state), "ledger": operation_ledger(conn, operation_id)}
 
 
-@router.get("/conversations/{conversation_id}/status", summary="done? stopped? effects confirmed?")
+@router.get(
+    "/conversations/{conversation_id}/status",
+    summary="done? stopped? effects confirmed?",
+    responses=problems(404),
+)
 def status(conversation_id: ConversationIdPath, tenant: Tenant, conn: Conn) -> dict[str, Any]:
     """Three separate facts, never one green tick: agent says done, run loop stopped, effects confirmed."""
     found = conversation_status(conn, conversation_id)

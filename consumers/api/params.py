@@ -8,10 +8,10 @@ Integers are bounded to what the stores hold (a signed 64-bit integer).
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any
 
 from fastapi import Path, Query
-from pydantic import AfterValidator, Field
+from pydantic import AfterValidator, BaseModel, Field
 
 from schemas.validation import (
     CONVERSATION_ID_PATTERN,
@@ -91,3 +91,30 @@ Note = Annotated[
     str, Field(max_length=MAX_NOTE, description="Why (kept on the ledger)."), AfterValidator(_text)
 ]
 """Free text on a decision."""
+
+
+class Problem(BaseModel):
+    """An error: what was wrong, and how to fix it when that is not obvious."""
+
+    detail: str = Field(description="The message (quotes at most 80 characters of the input).")
+
+
+_PROBLEMS = {
+    400: "bad input: the message names the parameter or field and the rule",
+    401: "missing or unknown API key (or receipt signature)",
+    403: "authenticated, but not allowed to do this",
+    404: "no such conversation or operation for this tenant (the same answer whether it exists or not)",
+    409: "the operation is not in a state that allows this",
+    413: "body too large",
+    429: "too many failed authentications from this address; see Retry-After",
+    503: "the broker did not acknowledge in time (or cannot tell now); retry",
+}
+
+
+def problems(*codes: int) -> dict[int | str, dict[str, Any]]:
+    """OpenAPI `responses` for these error status codes, each with the `Problem` body."""
+    return {code: {"model": Problem, "description": _PROBLEMS[code]} for code in codes}
+
+
+AUTHENTICATED = problems(400, 401, 429)
+"""What every route behind `X-API-Key` may answer."""

@@ -32,6 +32,7 @@ from fastapi.concurrency import run_in_threadpool
 from pydantic import BaseModel, ConfigDict, Field
 
 from consumers.api.deps import ApiContext, Ctx, client_address
+from consumers.api.params import problems
 from consumers.effects import get_operation
 from projections.effects import OperationState
 from schemas import Receipt
@@ -162,15 +163,7 @@ async def _operation(ctx: ApiContext, operation_id: str) -> OperationState | Non
             "content": {"application/json": {"schema": ReceiptBody.model_json_schema()}},
         }
     },
-    responses={
-        400: {"description": "malformed receipt, or a timestamp outside the window"},
-        401: {"description": "missing or bad signature"},
-        403: {"description": "the provider is not bound to this operation's tool"},
-        404: {"description": "no such operation for this tenant"},
-        413: {"description": "body too large"},
-        429: {"description": "too many failed signatures from this address"},
-        503: {"description": "not acknowledged by the broker; retry"},
-    },
+    responses=problems(400, 401, 403, 404, 413, 429, 503),
 )
 async def post_receipt(
     request: Request,
