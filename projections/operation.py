@@ -15,7 +15,8 @@ from typing import Literal
 
 from pydantic import AwareDatetime, BaseModel, ConfigDict
 
-from projections.errors import IllegalTransitionError, TenantMismatchError
+from projections.errors import IllegalTransitionError
+from projections.tenancy import check_owner
 from schemas._types import EffectClass, ReceiptStatus, Resolution
 from schemas.events import ActionEvent, ObservationEvent
 from schemas.records import (
@@ -237,11 +238,8 @@ def _intent(event: ActionEvent) -> dict[str, object]:
 
 
 def _apply_receipt(state: OperationState, receipt: Receipt) -> OperationState:
-    if state.status is not None and receipt.tenant_id != state.tenant_id:
-        raise TenantMismatchError(
-            f"receipt {receipt.id} for operation {receipt.operation_id} names tenant "
-            f"{receipt.tenant_id[:80]!r}; the operation belongs to another tenant"
-        )
+    if state.status is not None:
+        check_owner(state.tenant_id, receipt, f"operation {receipt.operation_id[:80]!r} of")
     if state.receipt is not None and state.receipt.provider_receipt == receipt.provider_receipt:
         return state
     evidence = ReceiptEvidence(
@@ -262,10 +260,7 @@ def _apply_ledger(state: OperationState, record: LedgerRecord) -> OperationState
         return state
     if state.tenant_id and record.tenant_id != state.tenant_id:
         if state.status is not None:
-            raise TenantMismatchError(
-                f"ledger record {record.id} ({record.kind}) for operation {record.operation_id} names "
-                f"tenant {record.tenant_id[:80]!r}; the operation belongs to another tenant"
-            )
+            check_owner(state.tenant_id, record, f"operation {record.operation_id[:80]!r} of")
         # Only a parked receipt named that tenant, and the ledger is the authority: drop it.
         state = state.model_copy(update={"receipt": None, "tenant_id": record.tenant_id})
     transition = transition_of(record)

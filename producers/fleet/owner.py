@@ -24,6 +24,7 @@ from producers.publisher import Delivery, TransactionalPublisher
 from producers.runtime import Runtime
 from producers.state import ConversationState
 from projections.errors import ProjectionError, UnknownEventError
+from projections.tenancy import check_owner
 from projections.view import ViewState, active_branch, path_to_root
 from schemas import AvroModel, Codec, Event, ForkEvent, InboxMessage, LedgerRecord, MessageEvent, Snapshot
 from schemas.errors import SchemaError
@@ -161,12 +162,18 @@ class PartitionOwner:
     def admit(self, inbox: InboxMessage) -> Conversation:
         """The conversation an inbox record is for (created by its first record).
 
-        The one place an inbox record meets its conversation: a check that the record belongs
-        there (its tenant, issue 13) goes here and raises a data error, which the runner sends
-        to the DLQ with the record's offset.
+        The one place an inbox record meets its conversation: a record of another tenant than
+        the conversation's (its first record fixed it) raises a data error, which the runner
+        sends to the DLQ with the record's offset.
+
+        Raises:
+            TenantMismatchError: the record names another tenant than the conversation's.
         """
         conv = self.conversations.get(inbox.conversation_id)
-        return conv if conv is not None else self.create(inbox.conversation_id, inbox.tenant_id)
+        if conv is None:
+            return self.create(inbox.conversation_id, inbox.tenant_id)
+        check_owner(conv.tenant_id, inbox)
+        return conv
 
     def interrupted(self) -> list[Conversation]:
         """Conversations whose run a crash or a handover cut short."""

@@ -27,6 +27,7 @@ from producers.crashpoints import CrashPoints
 from producers.errors import FencedError, PublishError
 from producers.fleet.owner import FleetContext, PartitionOwner
 from producers.inbox import apply_inbox
+from projections.errors import TenantMismatchError
 from schemas import InboxMessage
 from schemas.errors import ConvdbError, SchemaError
 from schemas.topics import DLQ, INBOX
@@ -67,6 +68,8 @@ class FleetRunner:
         self._revoked: dict[int, PartitionOwner] = {}
         self._takeover: list[int] = []
         self.handled = 0
+        self.refused = 0
+        """Inbox records refused because they name another tenant than their conversation's."""
         self.last_activity: float | None = None
         """When the runner last did work (an assignment, a takeover, an inbox record); None
         before its first assignment (joining the group can take a session timeout)."""
@@ -221,6 +224,10 @@ class FleetRunner:
         logger.error(
             "%s[%d]@%d: inbox record to the DLQ: %s", msg.topic(), msg.partition(), msg.offset(), exc
         )
+        if isinstance(exc, TenantMismatchError):
+            # Visible to operators and tests: a cross-tenant write attempt, refused.
+            self.refused += 1
+            self.emit("refused", partition=msg.partition(), offset=msg.offset(), reason=str(exc))
         headers = error_headers("runner", msg.topic(), msg.partition(), msg.offset(), exc)
         owner.sink.attach_offset(msg.offset() + 1)
         owner.sink.dead_letter(DLQ.name(self.settings.namespace), msg.key(), msg.value() or b"", headers)
