@@ -21,7 +21,7 @@ from typing import Any, TypeVar
 from pydantic import BaseModel
 
 from infra.errors import InfraError
-from schemas.validation import ID_FIELDS, OPERATION_FIELDS
+from schemas.validation import ID_FIELDS, OPERATION_FIELDS, clean_text
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -108,15 +108,17 @@ class SecretsRegistry:
         return _PLACEHOLDER.sub(lambda m: self._values.get(m.group(1), m.group(0)), text)
 
     def redact_record(self, record: M) -> M:
-        """A copy of a record with every text field (and tuple of texts) redacted; ids are kept."""
+        """A copy of a record fit to be written: every text field (and tuple of texts) redacted and
+        made valid (`clean_text`: a tool that read a binary file returns NUL characters); ids are kept.
+        """
         update: dict[str, Any] = {}
         for field, value in record.__dict__.items():
             if field in ID_FIELDS or field in OPERATION_FIELDS:
                 continue
             if isinstance(value, str):
-                clean: Any = self.redact(value)
+                clean: Any = clean_text(self.redact(value))
             elif isinstance(value, tuple) and all(isinstance(v, str) for v in value):
-                clean = tuple(self.redact(v) for v in value)
+                clean = tuple(clean_text(self.redact(v)) for v in value)
             else:
                 continue
             if clean != value:

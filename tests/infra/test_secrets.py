@@ -101,3 +101,11 @@ def test_log_lines_never_carry_a_detected_credential(formatter: logging.Formatte
     )
     line = formatter.format(record)
     assert SECRET_PARTS["llm_api_key"] not in line and "<secret:detected.llm_api_key>" in line
+
+
+def test_records_are_made_writable_before_they_are_written() -> None:
+    event = MessageEvent(
+        id="e1", conversation_id="c1", tenant_id="t", seq=1, timestamp=now(), source="environment",
+        role="user", content="binary \x00 file \udc80 read",
+    )  # fmt: skip
+    assert SecretsRegistry().redact_record(event).content == "binary \ufffd file \ufffd read"
