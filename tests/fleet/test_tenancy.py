@@ -43,7 +43,7 @@ def test_another_tenants_inbox_records_are_refused_and_the_owner_is_served(
         wait_for(lambda: final_status(live, cid) == "finished", 90, "the owner's first run", [runner])
         send(live, cid, "let me in", tenant="intruder")
         send(live, cid, "retry", command="resolve", tenant="intruder", operation_id=f"{cid}/x")
-        wait_for(lambda: len(runner.events("refused")) == 2, 60, "two refusals", [runner])
+        wait_for(lambda: len(runner.events("refused")) == 2, 120, "two refusals", [runner])
         send(live, cid, "second, from the owner", tenant="acme")
         wait_for(
             lambda: (
