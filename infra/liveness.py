@@ -82,18 +82,20 @@ class AssignmentWatch:
         return f"no partitions assigned for {idle:.0f} s" if idle >= self.after_s else None
 
     def check(self) -> str | None:
-        """Call from the poll loop: logs (at most every `after_s`) and sets the health problem."""
+        """Call from the poll loop: sets the health problem, and logs it at most every `after_s`.
+
+        Returns the problem when it was logged just now (for a caller's own status line), else None.
+        """
         problem = self.problem()
         if problem is None:
             return None
-        now = self._clock()
-        if self._logged_at is None or now - self._logged_at >= self.after_s:
-            self._logged_at = now
-            logger.warning(
-                "%s: %s (group members beyond the partition count, or a stuck rebalance)",
-                self.member,
-                problem,
-            )
         if self._set_problem is not None:
             self._set_problem(PROBLEM, problem)
+        now = self._clock()
+        if self._logged_at is not None and now - self._logged_at < self.after_s:
+            return None
+        self._logged_at = now
+        logger.warning(
+            "%s: %s (group members beyond the partition count, or a stuck rebalance)", self.member, problem
+        )
         return problem

@@ -12,6 +12,7 @@ import sys
 import time
 from pathlib import Path
 
+from infra.ops import start_ops
 from infra.settings import Settings
 from producers.fleet.owner import FleetContext
 from producers.fleet.runner import FleetRunner, StopPoints
@@ -70,8 +71,13 @@ def serve(ctx: FleetContext, idle_exit: float = 0.0) -> int:
         return stopping or bool(idle_exit and last is not None and time.monotonic() - last > idle_exit)
 
     runner = FleetRunner(ctx)
+    server = start_ops(ctx.settings.ops, "runner", runner.registry, runner.health.report)
     runner.emit("started", group=ctx.settings.group("runner"))
-    runner.serve(stop)
+    try:
+        runner.serve(stop)
+    finally:
+        if server is not None:
+            server.stop()
     runner.emit("stopped", handled=runner.handled)
     return 0
 

@@ -19,9 +19,12 @@ from collections.abc import Callable
 from typing import Any, TextIO
 
 from confluent_kafka import Consumer, KafkaError, Message, TopicPartition
+from prometheus_client import CollectorRegistry
 
 from infra.dlq import error_headers
 from infra.kafka import make_consumer
+from infra.liveness import AssignmentWatch
+from infra.ops import Health
 from producers.conversation import Conversation
 from producers.crashpoints import CrashPoints
 from producers.errors import FencedError, PublishError
@@ -70,6 +73,11 @@ class FleetRunner:
         self.handled = 0
         self.refused = 0
         """Inbox records refused because they name another tenant than their conversation's."""
+        self.registry = CollectorRegistry()
+        self.health = Health(self.settings.ops.stall_after_s)
+        self.assignment = AssignmentWatch(
+            f"runner {os.getpid()}", self.settings.ops.unassigned_after_s, self.registry, self.health.problem
+        )
         self.last_activity: float | None = None
         """When the runner last did work (an assignment, a takeover, an inbox record); None
         before its first assignment (joining the group can take a session timeout)."""
@@ -98,6 +106,7 @@ class FleetRunner:
             self.owners[p] = owner
             self._takeover.append(p)
         self.last_activity = time.monotonic()
+        self.assignment.assign((self.inbox, p) for p in wanted)
         self.emit("assigned", partitions=wanted, restored=reports)
 
     def _on_revoke(self, _consumer: Consumer, partitions: list[TopicPartition]) -> None:
@@ -107,6 +116,7 @@ class FleetRunner:
             owner = self.owners.pop(tp.partition, None)
             if owner is not None:
                 self._revoked[tp.partition] = owner
+        self.assignment.revoke((self.inbox, tp.partition) for tp in partitions)
         self.emit("revoked", partitions=sorted(tp.partition for tp in partitions))
 
     def _on_lost(self, _consumer: Consumer, partitions: list[TopicPartition]) -> None:
@@ -114,6 +124,7 @@ class FleetRunner:
             owner = self.owners.pop(tp.partition, None)
             if owner is not None:
                 owner.close()
+        self.assignment.revoke((self.inbox, tp.partition) for tp in partitions)
         self.emit("lost", partitions=sorted(tp.partition for tp in partitions))
 
     # -- the loop ------------------------------------------------------------------------------------
@@ -132,6 +143,10 @@ class FleetRunner:
                 self._take_over()
                 if stop(self):
                     break
+                self.health.beat()
+                unassigned = self.assignment.check()
+                if unassigned:
+                    self.emit("unassigned", detail=unassigned)
                 msg = self.consumer.poll(poll_timeout)
                 if msg is None:
                     continue
@@ -140,6 +155,7 @@ class FleetRunner:
                     continue
                 self._guarded(msg.partition(), lambda m=msg: self.handle(m))
         finally:
+            self.health.stopped = True
             self.at_exit = self.conversations()
             self.consumer.close()
             for owner in [*self.owners.values(), *self._revoked.values()]:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import threading
@@ -28,6 +29,7 @@ from infra.procs import free_port
 from infra.settings import Settings
 from schemas.topics import EVENTS
 from tests.conftest import BrokerInfo, wait_until
+from tests.fleet._support import RunnerProc, fleet_settings
 from tests.reconciler.conftest import Proc
 
 pytestmark = [pytest.mark.kafka, pytest.mark.brokers]
@@ -43,6 +45,9 @@ def test_the_watch_reports_a_member_without_partitions() -> None:
     now[0] += 0.2
     assert watch.check() == "no partitions assigned for 5 s" and problems == {"unassigned": watch.problem()}
     assert b'convdb_group_unassigned_seconds{member="m"} 5.1' in generate_latest(registry)
+    now[0] += 1
+    assert watch.check() is None  # logged a second ago: not again yet
+    assert problems == {"unassigned": "no partitions assigned for 6 s"}
     watch.assign([("t", 0), ("t", 1)])
     assert watch.unassigned_s() == 0.0 and problems == {"unassigned": None}
     watch.revoke([("t", 0)])
@@ -209,3 +214,49 @@ def test_fresh_members_get_partitions_after_members_die_mid_rebalance(
     print(f"\n{broker.name}: all partitions assigned {time.monotonic() - killed:.1f}s after the kills")
     owned = [p for m in survivors for p in m.owned]
     assert sorted(owned) == sorted(everything)  # each partition has exactly one owner
+
+
+def test_a_fleet_runner_without_partitions_says_so_and_takes_over(
+    one_partition: Settings, tmp_path: Path
+) -> None:
+    ports = [free_port(), free_port()]
+    runners = [
+        RunnerProc(
+            fleet_settings(one_partition, tmp_path / f"r{i}"),
+            tmp_path / "ws",
+            None,
+            tmp_path / f"runner-{i}.log",
+            CONVDB_OPS__PORT=str(port),
+        )
+        for i, port in enumerate(ports)
+    ]
+    try:
+        wait_until(lambda: any(r.owned() for r in runners), 60, "one runner owns the inbox partition")
+
+        def reporting() -> list[RunnerProc]:
+            return [r for r in runners if r.events("unassigned") and not r.owned()]
+
+        (idle,) = wait_until(reporting, 60, "the other runner reporting it holds nothing")  # type: ignore[misc]
+        owner = runners[1 - runners.index(idle)]
+        assert idle.events("unassigned")[0]["detail"].startswith("no partitions assigned for")
+        assert "no partitions assigned for" in idle.stderr()
+        health = httpx.get(f"http://127.0.0.1:{ports[runners.index(idle)]}/healthz", timeout=5)
+        assert health.status_code == 503 and "unassigned" in health.json()["problems"]
+        metrics = httpx.get(f"http://127.0.0.1:{ports[runners.index(idle)]}/metrics", timeout=5).text
+        assert (
+            "convdb_group_assigned_partitions{" in metrics and "convdb_group_unassigned_seconds{" in metrics
+        )
+
+        owner.signal(signal.SIGKILL)
+        wait_until(lambda: idle.owned() == {0}, session_s(one_partition) + 30, "the idle runner takes over")
+        wait_until(
+            lambda: (
+                httpx.get(f"http://127.0.0.1:{ports[runners.index(idle)]}/healthz", timeout=5).status_code
+                == 200
+            ),
+            30,
+            "its /healthz back to 200",
+        )
+    finally:
+        for runner in runners:
+            runner.stop()
