@@ -177,6 +177,15 @@ def traced(headers: Iterable[tuple[str, bytes | None]] | None, name: str, **attr
     return span(name, kind=SpanKind.CONSUMER, parent=parent, attributes=attributes)
 
 
+def litellm_parent() -> dict[str, Any]:
+    """`metadata` for a litellm call: its OpenTelemetry callback then emits its own span
+    (`litellm_request`) as a child of the current one. Without it litellm decorates whatever span
+    is current from a background thread, after the call returned (so often after the span ended)."""
+    if not _state["enabled"]:
+        return {}
+    return {"litellm_parent_otel_span": trace.get_current_span()}
+
+
 def _join_litellm() -> None:
     """litellm's own request spans, as children of convdb's LLM span, on the same provider."""
     try:

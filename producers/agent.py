@@ -7,6 +7,7 @@ from typing import Any, Literal, Protocol, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, SerializeAsAny
 
+from infra import tracing
 from producers.errors import ToolArgumentError
 from producers.llm import LLMClient, LLMReply, ToolCall
 from producers.scripted import SCRIPTED_MODEL
@@ -127,7 +128,8 @@ class Agent(Frozen):
             ]
         from producers.messages import to_messages
 
-        reply = llm.complete(self.model, to_messages(view), [t.spec() for t in self.tools])
+        with tracing.span("llm.completion", attributes={"gen_ai.request.model": self.model}):
+            reply = llm.complete(self.model, to_messages(view), [t.spec() for t in self.tools])
         events: list[Event] = [self._usage(reply, new)]
         if not reply.tool_calls:
             events.append(

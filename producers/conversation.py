@@ -24,6 +24,7 @@ from producers.crashpoints import NO_CRASH, CrashPoints
 from producers.effect_protocol import EffectProtocol, Outcome
 from producers.ledger import Ledger
 from producers.llm import LLMClient
+from producers.observe import NO_METRICS, RunnerMetrics
 from producers.positions import LogPositions, base_snapshot
 from producers.publisher import Delivery
 from producers.recovery import Recovery
@@ -90,12 +91,13 @@ class Conversation:
         positions: LogPositions | None = None,
         book: SnapshotBook | None = None,
         prefix: Sequence[Event] = (),
+        metrics: RunnerMetrics = NO_METRICS,
     ) -> None:
         self.conversation_id = conversation_id
         self.tenant_id = tenant_id
         self.sink = sink
         self.services = Services(
-            agent, llm, runtime or RuntimeSettings(), secrets or SecretsRegistry(), crash
+            agent, llm, runtime or RuntimeSettings(), secrets or SecretsRegistry(), crash, metrics
         )
         self.positions = positions or LogPositions()
         self.book: SnapshotBook = book or SoloBook()
@@ -168,6 +170,7 @@ class Conversation:
                 self._state = fold(self._state, record)
             self.positions.track(records, deliveries, self._refold_offset)
             self.book.committed(records, deliveries)
+            self.services.metrics.committed(records)
             due = self.positions.events_since_snapshot >= self.services.runtime.snapshot_every
             if due and not any(isinstance(r, Snapshot) for r in records):
                 self.snapshot()
@@ -283,6 +286,7 @@ class Conversation:
         child = Conversation(
             conversation_id, self.tenant_id, services.agent, self.sink, services.llm,
             runtime=services.runtime, secrets=services.secrets, crash=services.crash,
+            metrics=services.metrics,
             prefix=(*self.loop.prefix, *path_to_root(self._state.view, source_event)),
         )  # fmt: skip
         child.commit(

@@ -9,6 +9,7 @@ EffectUnknown for a human.
 
 from __future__ import annotations
 
+import contextvars
 import enum
 import json
 import logging
@@ -16,6 +17,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+from infra import tracing
 from producers import records as rec
 from producers._stats import RunStats
 from producers.errors import EffectError, OutcomeUnknownError, ToolArgumentError
@@ -62,7 +64,9 @@ class EffectProtocol:
         if limit == 1 or len(actions) == 1:
             return [self.run_action(a) for a in actions]
         with ThreadPoolExecutor(max_workers=min(limit, len(actions)), thread_name_prefix="action") as pool:
-            return list(pool.map(self.run_action, actions))
+            # Each action runs in the caller's context: its tool span is a child of the step's.
+            runs = [pool.submit(contextvars.copy_context().run, self.run_action, a) for a in actions]
+            return [run.result() for run in runs]
 
     def _prepare(self, action: ActionEvent) -> tuple[Tool, dict[str, Any]] | ToolResult:
         try:
@@ -85,8 +89,10 @@ class EffectProtocol:
 
     def _call(self, tool: Tool, op: Operation) -> ToolResult:
         started = time.perf_counter()
+        attributes = {"convdb.operation_id": op.operation_id, "convdb.effect_class": tool.effect_class}
         try:
-            return tool.execute(op)
+            with tracing.span(f"tool.call {tool.name}", attributes=attributes):
+                return tool.execute(op)
         except OutcomeUnknownError:
             raise
         except EffectError as exc:

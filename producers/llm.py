@@ -8,6 +8,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from infra import tracing
 from infra.settings import LLMSettings
 from producers.errors import LLMError
 from producers.scripted import SCRIPTED_MODEL, scripted_turn
@@ -97,6 +98,9 @@ class LitellmClient:
             kwargs["tools"] = tools
         if model == SCRIPTED_MODEL:
             kwargs.update(model=FAKE_LITELLM_MODEL, mock_response=scripted_turn(messages))
+        parent = tracing.litellm_parent()
+        if parent:
+            kwargs["metadata"] = parent
         started = time.perf_counter()
         try:
             response = litellm.completion(**kwargs)

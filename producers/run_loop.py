@@ -7,6 +7,7 @@ import time
 from collections import deque
 from collections.abc import Sequence
 
+from infra import tracing
 from producers._stats import RunStats
 from producers.effect_protocol import EffectProtocol, Outcome
 from producers.status import set_status
@@ -109,6 +110,16 @@ class RunLoop:
     def step(self) -> bool:
         """One agent step and its actions; False when the run must stop."""
         started = time.perf_counter()
+        attributes = {
+            "convdb.conversation_id": self.writer.conversation_id,
+            "convdb.tenant_id": self.writer.tenant_id,
+        }
+        with tracing.span("agent.step", attributes=attributes):
+            go_on = self._step(started)
+        self.services.metrics.step(time.perf_counter() - started)
+        return go_on
+
+    def _step(self, started: float) -> bool:
         tool_before, publish_before = self.stats.tool_ms, self.stats.publish_ms
         events = self.writer.commit(self._propose)
         actions = [e for e in events if isinstance(e, ActionEvent)]

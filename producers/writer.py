@@ -15,6 +15,7 @@ from infra.settings import RuntimeSettings
 from producers.agent import Agent
 from producers.crashpoints import CrashPoints
 from producers.llm import LLMClient
+from producers.observe import NO_METRICS, RunnerMetrics
 from producers.secrets import SecretsRegistry
 from producers.state import ConversationState
 from schemas import AvroModel, EventEnvelope, Snapshot
@@ -79,3 +80,5 @@ class Services:
     runtime: RuntimeSettings
     secrets: SecretsRegistry
     crash: CrashPoints
+    metrics: RunnerMetrics = NO_METRICS
+    """The runner's Prometheus metrics (a conversation outside a runner counts nothing)."""

@@ -57,6 +57,7 @@ def create_app(
         description="Conversations, their active-branch views, titles, stats and events, per tenant. "
         "Authenticate with the `X-API-Key` header.",
         version="1",
+        **observe.fastapi_options(),
     )
     engine = open_engine(settings.resolved_store_url, writer=False)
     registry = secrets or SecretsRegistry(settings.secret_values())

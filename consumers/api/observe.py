@@ -7,6 +7,7 @@ W3C `traceparent` (so a message posted to the inbox starts, or joins, its trace 
 
 from __future__ import annotations
 
+import inspect
 import time
 from contextlib import nullcontext
 from typing import Any
@@ -79,6 +80,14 @@ class ObserveRequests:
                 if span is not None:
                     span.update_name(f"api {method} {route}")
                     span.set_attributes({"http.route": route, "http.response.status_code": status[0]})
+
+
+def fastapi_options() -> dict[str, Any]:
+    """`FastAPI(...)` arguments: recent FastAPI traces requests natively; convdb's middleware
+    already does (spans named in convdb's vocabulary, one metrics registry), so that is off."""
+    if "telemetry" not in inspect.signature(FastAPI).parameters:
+        return {}
+    return {"telemetry": {"tracing": False, "metrics": False, "logs": False, "operation_spans": False}}
 
 
 def install(app: FastAPI) -> ApiMetrics:

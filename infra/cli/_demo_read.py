@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import sys
 import time
+from collections import Counter
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
@@ -74,14 +75,25 @@ def read_through_api(settings: Settings, last_seqs: dict[str, int], timeout: flo
         if not ready:
             raise InfraError(f"the read side did not catch up within {timeout}s")
         rows = {c: r.json() for c, r in found.items()}
-        operations = api.get("/operations", headers=headers, params={"limit": 500}).json()
+        # This run's operations, conversation by conversation; the tenant's counts (every demo run
+        # the read side has seen, e.g. on a `convdb dev up` broker) are reported apart, and named so.
+        mine = [
+            op
+            for c in rows
+            for op in api.get(
+                "/operations", headers=headers, params={"conversation_id": c, "limit": 500}
+            ).json()["operations"]
+        ]
+        tenant = api.get("/operations", headers=headers, params={"limit": 1}).json()["counts"]
         statuses = {c: api.get(f"/conversations/{c}/status", headers=headers).json() for c in rows}
+    run_counts = Counter(op["status"] for op in mine)
     return {
         "titles": {c: r["title"] for c, r in rows.items()},
         "view_length": {c: r["view_length"] for c, r in rows.items()},
         "stats": {c: _brief_stats(r["stats"]) for c, r in rows.items()},
-        "effects_by_status": operations["counts"],
-        "unknowns": operations["counts"].get("unknown", 0),
+        "effects_by_status": dict(sorted(run_counts.items())),
+        "unknowns": run_counts.get("unknown", 0),
+        "tenant_effects_by_status": tenant,
         "conversation_states": statuses,
     }
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from confluent_kafka import Consumer
 
@@ -19,6 +19,7 @@ from producers.fleet.restore import PartitionTail, restore_partition
 from producers.fleet.sink import PartitionSink
 from producers.fleet.snapshot import build_snapshot, restored_positions, restored_state
 from producers.fleet.store import SnapshotStore
+from producers.observe import RunnerMetrics
 from producers.positions import LogPositions
 from producers.publisher import Delivery, TransactionalPublisher
 from producers.runtime import Runtime
@@ -40,6 +41,7 @@ class FleetContext:
     settings: Settings
     runtime: Runtime
     store: SnapshotStore
+    metrics: RunnerMetrics = field(default_factory=RunnerMetrics)
 
     @property
     def codec(self) -> Codec:
@@ -154,7 +156,7 @@ class PartitionOwner:
         conv = Conversation(
             cid, tenant_id, rt.agent, self.sink, rt.llm,
             runtime=self.ctx.settings.runtime, secrets=rt.secrets, crash=rt.crash,
-            state=state, positions=positions, book=self, prefix=prefix,
+            state=state, positions=positions, book=self, prefix=prefix, metrics=self.ctx.metrics,
         )  # fmt: skip
         self.conversations[cid] = conv
         return conv

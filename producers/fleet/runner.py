@@ -21,9 +21,11 @@ from typing import Any, TextIO
 from confluent_kafka import Consumer, KafkaError, Message, TopicPartition
 from prometheus_client import CollectorRegistry
 
+from infra import tracing
 from infra.dlq import error_headers
 from infra.kafka import make_consumer
 from infra.liveness import AssignmentWatch
+from infra.logs import log_context
 from infra.ops import Health
 from producers.conversation import Conversation
 from producers.crashpoints import CrashPoints
@@ -75,6 +77,10 @@ class FleetRunner:
         """Inbox records refused because they name another tenant than their conversation's."""
         self.registry = CollectorRegistry()
         self.health = Health(self.settings.ops.stall_after_s)
+        # Served with the runner's own metrics (steps, LLM use, operations); a conversation's
+        # steps are progress too, so a long run keeps /healthz at 200.
+        ctx.metrics.register(self.registry)
+        ctx.metrics.progress = self.health.beat
         self.assignment = AssignmentWatch(
             f"runner {os.getpid()}", self.settings.ops.unassigned_after_s, self.registry, self.health.problem
         )
@@ -107,6 +113,7 @@ class FleetRunner:
             self._takeover.append(p)
         self.last_activity = time.monotonic()
         self.assignment.assign((self.inbox, p) for p in wanted)
+        self.ctx.metrics.partitions.set(len(self.owners))
         self.emit("assigned", partitions=wanted, restored=reports)
 
     def _on_revoke(self, _consumer: Consumer, partitions: list[TopicPartition]) -> None:
@@ -117,6 +124,7 @@ class FleetRunner:
             if owner is not None:
                 self._revoked[tp.partition] = owner
         self.assignment.revoke((self.inbox, tp.partition) for tp in partitions)
+        self.ctx.metrics.partitions.set(len(self.owners))
         self.emit("revoked", partitions=sorted(tp.partition for tp in partitions))
 
     def _on_lost(self, _consumer: Consumer, partitions: list[TopicPartition]) -> None:
@@ -125,6 +133,7 @@ class FleetRunner:
             if owner is not None:
                 owner.close()
         self.assignment.revoke((self.inbox, tp.partition) for tp in partitions)
+        self.ctx.metrics.partitions.set(len(self.owners))
         self.emit("lost", partitions=sorted(tp.partition for tp in partitions))
 
     # -- the loop ------------------------------------------------------------------------------------
@@ -174,8 +183,10 @@ class FleetRunner:
             convs = owner.interrupted()
             self.emit("takeover", partition=p, conversations=[c.conversation_id for c in convs])
             for conv in convs:
-                if self._guarded(p, conv.resume if conv.unobserved_actions() else conv.run) is False:
-                    break
+                work = conv.resume if conv.unobserved_actions() else conv.run
+                with log_context(conversation_id=conv.conversation_id, tenant_id=conv.tenant_id):
+                    if self._guarded(p, work) is False:
+                        break
             self.last_activity = time.monotonic()
 
     def _guarded(self, partition: int, work: Callable[[], object]) -> bool:
@@ -231,7 +242,13 @@ class FleetRunner:
             return
         conv.positions.inbox_offset = msg.offset() + 1
         owner.sink.attach_offset(msg.offset() + 1, inbox.id if inbox.command == "message" else None)
-        apply_inbox(conv, inbox, self.ctx.runtime.crash)
+        self.ctx.metrics.inbox.inc()
+        # The inbox record's trace (the API request that wrote it) continues through the run.
+        with (
+            log_context(conversation_id=inbox.conversation_id, tenant_id=inbox.tenant_id),
+            tracing.traced(msg.headers(), "runner inbox", **tracing.record_attributes(msg)),
+        ):
+            apply_inbox(conv, inbox, self.ctx.runtime.crash)
         owner.sink.commit_offset()
         self.handled += 1
         self.last_activity = time.monotonic()
