@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import threading
 import time
 from collections import OrderedDict, deque
@@ -144,7 +145,9 @@ class ApiContext:
                 raise PublishError(f"{self._waiting} writes are already waiting for the broker")
             self._waiting += 1
         loop = asyncio.get_running_loop()
-        future = loop.run_in_executor(self._writers, lambda: work(*args))
+        # In the request's context: the write continues the request's trace (and its log ids).
+        context = contextvars.copy_context()
+        future = loop.run_in_executor(self._writers, lambda: context.run(work, *args))
         future.add_done_callback(self._done)
         try:
             return await asyncio.wait_for(asyncio.shield(future), api.publish_timeout_s)

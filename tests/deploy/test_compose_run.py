@@ -316,7 +316,11 @@ def test_one_user_message_is_one_trace_across_processes(run: Run) -> None:
         needed = {"convdb-api", "convdb-runner", "convdb-consumer", "convdb-archive", "convdb-reconciler"}
         return spans if needed <= services else []
 
-    spans: list[ReceivedSpan] = wait_until(complete, 60, "spans of the message's trace from every service")  # type: ignore[assignment]
+    try:
+        spans: list[ReceivedSpan] = wait_until(complete, 60, "the trace's spans from every service")  # type: ignore[assignment]
+    except pytest.fail.Exception:
+        found = sorted({(s.service, s.name) for s in one_trace(run)})
+        pytest.fail(f"the message's trace holds only {found}")
     ids = {s.span_id for s in spans}
     roots = [s for s in spans if not s.parent_id]
     root = ("convdb-api", "api POST /conversations/{conversation_id}/messages")
