@@ -295,3 +295,49 @@ def test_live_streams_append_new_events_and_are_bounded(console_world: ConsoleWo
     finally:
         stop_group(proc.pid)
         proc.wait(10)
+
+
+def test_hostile_ids_texts_and_numbers_in_the_console_are_refused_not_crashed(
+    console_world: ConsoleWorld,
+) -> None:
+    with console_world.client() as client:
+        sign_in(client, "key-a", name="Eve\x1b[2J\u202e")
+        token = csrf_of(client.get("/").text)
+        for path in (
+            "/console/conversations/a%00b",
+            "/console/conversations/" + "x" * 5000,
+            "/console/conversations/a1?offset=" + "9" * 40,
+            "/console/conversations/a1?offset=%C2%B2",  # a Unicode digit
+            "/console/conversations/a1?before=-1",
+            "/console/queue?after=%00",
+            "/?after=" + "z" * 5000,
+        ):
+            page = client.get(path)
+            assert page.status_code in (400, 404), (path[:50], page.status_code)
+            assert len(page.text) < 20_000
+        for path, form in (
+            ("/console/conversations/a%00b/messages", {"content": "hi"}),
+            ("/console/conversations/a1/messages", {"content": "nul \x00 inside"}),
+            ("/console/conversations/" + "y" * 300 + "/pause", {}),
+            ("/console/operations/resolve", {"operation_id": "c\x00/a", "decision": "failed"}),
+        ):
+            answer = client.post(path, data={"csrf": token, **form})
+            assert answer.status_code in (400, 404), (path[:50], answer.status_code)
+        page = client.get("/console/conversations/a1")
+        assert "\x1b" not in page.text and "\u202e" not in page.text  # the sign-in name was cleaned
+
+
+def test_failed_console_sign_ins_are_rate_limited(console_world: ConsoleWorld) -> None:
+    limit = console_world.settings.api.auth_failures
+    with console_world.client() as client:
+        for _ in range(limit):
+            page = client.get("/console/login")
+            token = re.search(r'name="csrf" value="([^"]+)"', page.text)
+            assert token
+            wrong = client.post("/console/login", data={"csrf": token.group(1), "api_key": "guess"})
+            assert wrong.status_code == 401
+        page = client.get("/console/login")
+        token = re.search(r'name="csrf" value="([^"]+)"', page.text)
+        assert token
+        limited = client.post("/console/login", data={"csrf": token.group(1), "api_key": "key-a"})
+        assert limited.status_code == 429 and "too many" in limited.text
