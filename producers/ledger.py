@@ -13,7 +13,7 @@ import logging
 from immutables import Map
 
 from projections import operation
-from projections.errors import IllegalTransitionError
+from projections.errors import ProjectionError
 from projections.operation import OperationState
 from schemas import EffectProposed, LedgerRecord, Receipt
 
@@ -39,7 +39,7 @@ def fold_ledger(ledger: Ledger, record: LedgerRecord | Receipt) -> Ledger:
         return ledger
     try:
         new = operation.fold(current or operation.initial(op_id), record)
-    except IllegalTransitionError as exc:
+    except ProjectionError as exc:  # an illegal transition, another tenant's receipt or record
         logger.error("ledger of %s: record ignored: %s", record.conversation_id, exc)
         return ledger
     return ledger if new is current else ledger.set(op_id, new)

@@ -51,7 +51,7 @@ def record(kind: str, n: int = 1, effect_class: str = "keyed", attempt: int = 1)
 def walk(*kinds: str, effect_class: str = "keyed") -> OperationState:
     state = initial(OP)
     for n, kind in enumerate(kinds):
-        state = fold(state, record(kind, n, effect_class, attempt=kinds[:n + 1].count("started")))
+        state = fold(state, record(kind, n, effect_class, attempt=kinds[: n + 1].count("started")))
     return state
 
 
@@ -139,3 +139,26 @@ def test_recovery_steps() -> None:
         provider_receipt="trk-2", status="succeeded", result="{}", timestamp=T0,
     )  # fmt: skip
     assert next_step(fold(walk("proposed", "started", "unknown"), receipt)) is Step.BACKFILL
+
+
+def test_another_tenants_receipt_or_ledger_record_is_refused_and_the_runner_ignores_it() -> None:
+    from producers.ledger import EMPTY, fold_ledger
+    from projections.errors import TenantMismatchError
+    from schemas import EffectConfirmed, EffectProposed, Receipt
+
+    t = datetime(2026, 1, 1, tzinfo=UTC)
+    mine = {"operation_id": "c1/a1", "conversation_id": "c1", "tenant_id": "acme", "timestamp": t}
+    proposed = EffectProposed(id="p1", action_id="a1", tool_name="write_file", intent_hash="h",
+                              effect_class="idempotent", reconcile_after=t, **mine)  # fmt: skip
+    state = fold(initial("c1/a1"), proposed)
+    theirs = {**mine, "tenant_id": "umbrella"}
+    receipt = Receipt(id="r1", provider="files", provider_receipt="x", status="succeeded", **theirs)
+    confirmed = EffectConfirmed(id="k1", **theirs)
+    for record in (receipt, confirmed):
+        with pytest.raises(TenantMismatchError, match="another tenant"):
+            fold(state, record)
+    ledger = fold_ledger(fold_ledger(EMPTY, proposed), receipt)
+    assert ledger["c1/a1"] == state  # the runner folds the same machine and ignores it
+    # A receipt parked before its proposal named another tenant: the ledger's tenant wins.
+    parked = fold(initial("c1/a1"), receipt)
+    assert fold(parked, proposed).tenant_id == "acme" and fold(parked, proposed).receipt is None
