@@ -65,4 +65,5 @@ def build_runtime(
     if isinstance(llm, LitellmClient):
         llm.warm_up()  # pay the ~5 s import now, not inside the first step
     codec = make_codec(settings.schema_registry_url)
-    return Runtime(settings, codec, agent, llm, secrets=SecretsRegistry(secrets), crash=crash)
+    registered = {**settings.secret_values(), **(secrets or {})}  # CONVDB_SECRETS, then the caller's
+    return Runtime(settings, codec, agent, llm, secrets=SecretsRegistry(registered), crash=crash)

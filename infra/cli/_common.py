@@ -5,9 +5,13 @@ from __future__ import annotations
 import argparse
 from collections.abc import Callable
 from datetime import UTC, datetime
+from pathlib import Path
+
+from pydantic import SecretStr
 
 from infra import devstack
 from infra.errors import NoBrokerError
+from infra.secrets import SecretsFileError, load_secrets_file, registry_for
 from infra.settings import Settings
 from schemas.errors import ConvdbError, InvalidValueError
 from schemas.validation import check_conversation_id, check_id, shown
@@ -45,6 +49,23 @@ SECRETS_FILE_HELP = (
     "register secrets (a JSON object of name -> value, or NAME=VALUE lines): replaced by <secret:NAME> "
     "before anything is written; CONVDB_SECRETS registers them too"
 )
+
+
+def with_secrets_file(settings: Settings, path: Path | None) -> Settings:
+    """The settings with the secrets of `--secrets-file` registered too (they reach child processes).
+
+    Raises:
+        UsageError: the file is unreadable or malformed, or a name is not acceptable.
+    """
+    if path is None:
+        return settings
+    try:
+        values = {**settings.secret_values(), **load_secrets_file(path)}
+        registry_for(values)  # names and values checked here, with the file named
+    except SecretsFileError as exc:
+        raise UsageError(str(exc)) from exc
+    return settings.model_copy(update={"secrets": {k: SecretStr(v) for k, v in values.items()}})
+
 
 MAX_INT64 = 2**63 - 1
 """Largest offset or count a command takes (Kafka offsets are signed 64-bit)."""

@@ -14,10 +14,18 @@ from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 
-from infra.cli._common import UsageError, conversation_id, identifier, load_settings
+from infra.cli._common import (
+    SECRETS_FILE_HELP,
+    UsageError,
+    conversation_id,
+    identifier,
+    load_settings,
+    with_secrets_file,
+)
 from infra.devstack import EphemeralStack
 from infra.errors import InfraError
 from infra.producer import DurableProducer
+from infra.secrets import SecretsRegistry
 from infra.settings import Settings
 from producers.fleet.__main__ import build_context
 from producers.fleet.runner import FleetRunner, serve_until
@@ -43,6 +51,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     )
     p.add_argument("--tracker-url", metavar="URL", help="issue-tracker provider for create_issue/notify")
     p.add_argument("--json", action="store_true", help="print one JSON object per event")
+    p.add_argument("--secrets-file", type=Path, metavar="FILE", help=SECRETS_FILE_HELP)
     p.set_defaults(func=_run)
 
 
@@ -62,7 +71,7 @@ def broker_for(settings: Settings, *, with_s3: bool) -> Iterator[Settings]:
 def _run(args: argparse.Namespace) -> int:
     if not args.task.strip():
         raise UsageError("the task is empty")
-    settings = load_settings()
+    settings = with_secrets_file(load_settings(), args.secrets_file)
     workspace = args.workspace or settings.data_dir / "workspace"
     workspace.mkdir(parents=True, exist_ok=True)
     cid = args.conversation or str(uuid.uuid4())
@@ -96,11 +105,17 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def send_task(settings: Settings, conversation_id: str, tenant_id: str, text: str) -> str:
-    """Put a user message on the conversation's inbox (durable); returns its id."""
-    message = InboxMessage(
-        id=str(uuid.uuid4()), conversation_id=conversation_id, tenant_id=tenant_id,
-        timestamp=datetime.now(UTC), command="message", content=text,
-    )  # fmt: skip
+    """Put a user message on the conversation's inbox (durable, secrets redacted); returns its id."""
+    message = SecretsRegistry(settings.secret_values()).redact_record(
+        InboxMessage(
+            id=str(uuid.uuid4()),
+            conversation_id=conversation_id,
+            tenant_id=tenant_id,
+            timestamp=datetime.now(UTC),
+            command="message",
+            content=text,
+        )  # fmt: skip
+    )
     codec = make_codec(settings.schema_registry_url)
     DurableProducer(settings).send(INBOX.name(settings.namespace), conversation_id, codec.encode(message))
     return message.id

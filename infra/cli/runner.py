@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from infra.cli._common import UsageError, load_settings, require_broker
+from infra.cli._common import SECRETS_FILE_HELP, UsageError, load_settings, require_broker, with_secrets_file
 from infra.procs import spawn, stop_group
 from infra.reader import read_topic
 from infra.settings import Settings
@@ -41,15 +41,16 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
         metavar="S",
         help="exit after S idle seconds, counted from the first assignment (default: never)",
     )
+    p.add_argument("--secrets-file", type=Path, metavar="FILE", help=SECRETS_FILE_HELP)
     p.set_defaults(func=_runner)
 
 
 def _runner(args: argparse.Namespace) -> int:
     from producers.fleet.__main__ import build_context, serve
 
-    if args.idle_exit < 0:
-        raise UsageError("--idle-exit must be >= 0")
-    settings = require_broker(load_settings())
+    if not 0 <= args.idle_exit < float("inf"):
+        raise UsageError(f"--idle-exit must be a number of seconds >= 0, not {args.idle_exit}")
+    settings = with_secrets_file(require_broker(load_settings()), args.secrets_file)
     workspace = args.workspace or settings.data_dir / "workspace"
     workspace.mkdir(parents=True, exist_ok=True)
     return serve(build_context(settings, workspace, args.tracker_url, args.model), args.idle_exit)

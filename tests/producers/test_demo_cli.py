@@ -57,3 +57,36 @@ def test_demo_on_the_embedded_default(tmp_path: Path) -> None:
     summary = json.loads(done.stdout)
     assert summary["statuses"] == {"finished": 3}
     assert summary["archive_objects"] > 0 and summary["archive_export_equals_kafka"] is True
+
+
+def test_run_registers_secrets_from_a_file_and_detects_the_rest(settings: Settings, tmp_path: Path) -> None:
+    from tests.producers._support import events
+
+    env = {**_base_env(), **settings.to_env(), "CONVDB_LLM": json.dumps({"scripted_backend": "direct"})}
+    secrets = tmp_path / "secrets.env"
+    secrets.write_text("DEPLOY_TOKEN=tok-3f9a-registered-value\n")
+    (tmp_path / "workspace").mkdir()
+    task = (
+        "deploy with tok-3f9a-registered-value and AKIAQWERTYUIOPASDFGH\n"
+        '!write_file {"path": "deploy.cfg", "content": "token=<secret:DEPLOY_TOKEN>"}'
+    )
+    args = [
+        "run",
+        "--conversation",
+        "cli-secrets",
+        "--secrets-file",
+        str(secrets),
+        "--workspace",
+        "workspace",
+    ]
+    done = convdb([*args, task], env, tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert (tmp_path / "workspace" / "deploy.cfg").read_text() == "token=tok-3f9a-registered-value"
+    written = json.dumps([e.model_dump(mode="json") for e in events(settings, "cli-secrets")])
+    assert "tok-3f9a-registered-value" not in written and "AKIAQWERTYUIOPASDFGH" not in written
+    assert "<secret:DEPLOY_TOKEN>" in written and "<secret:detected.aws_access_key_id>" in written
+    assert "tok-3f9a" not in done.stdout + done.stderr
+    bad = tmp_path / "bad.env"
+    bad.write_text("not a pair\n")
+    refused = convdb(["run", "--secrets-file", str(bad), "task"], env, tmp_path)
+    assert refused.returncode == 2 and "line 1" in refused.stderr and len(refused.stderr.splitlines()) == 1
