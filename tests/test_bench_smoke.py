@@ -22,6 +22,7 @@ CODEC_KEYS = {
     "fastavro_decode_per_s",
     "json_encode_per_s",
     "json_decode_per_s",
+    "validation_ns_per_record",
 }
 
 

@@ -49,7 +49,7 @@ def _runner(args: argparse.Namespace) -> int:
     from producers.fleet.__main__ import build_context, serve
 
     if not 0 <= args.idle_exit < float("inf"):
-        raise UsageError(f"--idle-exit must be a number of seconds >= 0, not {args.idle_exit}")
+        raise UsageError(f"--idle-exit must be >= 0 (seconds), not {args.idle_exit}")
     settings = with_secrets_file(require_broker(load_settings()), args.secrets_file)
     workspace = args.workspace or settings.data_dir / "workspace"
     workspace.mkdir(parents=True, exist_ok=True)

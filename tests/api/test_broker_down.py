@@ -55,7 +55,8 @@ def test_reads_stay_fast_while_posts_wait_for_a_broker_that_is_down(tmp_path: Pa
         assert max(seconds for _, seconds in answers) < 10, answers  # the timeout, not the delivery timeout
         assert len(reads) >= 5, ("too few reads while the posts waited", reads, answers)
         reads.sort()
-        assert reads[len(reads) // 2] < 0.5 and reads[-1] < 2.0, reads
+        # The median and the 90th percentile: one read may lose the CPU to 80 client threads.
+        assert reads[len(reads) // 2] < 0.5 and reads[len(reads) * 9 // 10] < 1.0, reads
         assert httpx.get(f"{url}/healthz", timeout=10).status_code == 200
     finally:
         stop_group(proc.pid, timeout=10)
