@@ -55,6 +55,14 @@ class RunnerMetrics:
             registry=r,
         )
         self.inbox = Counter("convdb_runner_inbox_records", "Inbox records handled", registry=r)
+        self.refused = Counter(
+            "convdb_runner_refused_records",
+            "Inbox records dead-lettered, by reason (tenant: another tenant than the conversation's)",
+            ["reason"],
+            registry=r,
+        )
+        for reason in ("tenant", "invalid"):
+            self.refused.labels(reason)
         self.partitions = Gauge("convdb_runner_partitions", "Inbox partitions this runner owns", registry=r)
         self.progress: Callable[[], None] = _nothing
         """Called at every step and commit: the runner's health heartbeat during a long run."""
@@ -65,7 +73,7 @@ class RunnerMetrics:
         """Also expose these series through another registry (the runner's ops endpoint)."""
         for collector in (
             self.steps, self.step_seconds, self.llm_calls, self.llm_tokens, self.llm_cost,
-            self.operations, self.inbox, self.partitions,
+            self.operations, self.inbox, self.refused, self.partitions,
         ):  # fmt: skip
             registry.register(collector)
 

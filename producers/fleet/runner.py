@@ -261,6 +261,7 @@ class FleetRunner:
             # Visible to operators and tests: a cross-tenant write attempt, refused.
             self.refused += 1
             self.emit("refused", partition=msg.partition(), offset=msg.offset(), reason=str(exc))
+        self.ctx.metrics.refused.labels("tenant" if isinstance(exc, TenantMismatchError) else "invalid").inc()
         headers = error_headers("runner", msg.topic(), msg.partition(), msg.offset(), exc)
         owner.sink.attach_offset(msg.offset() + 1)
         owner.sink.dead_letter(DLQ.name(self.settings.namespace), msg.key(), msg.value() or b"", headers)

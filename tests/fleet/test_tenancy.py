@@ -10,9 +10,11 @@ from __future__ import annotations
 import uuid
 from pathlib import Path
 
+import httpx
 import pytest
 
 from infra.dlq import ERROR_CLASS, ERROR_MESSAGE
+from infra.procs import free_port
 from infra.reader import read_topic
 from infra.settings import Settings
 from schemas import MessageEvent
@@ -38,7 +40,8 @@ def test_another_tenants_inbox_records_are_refused_and_the_owner_is_served(
     live = fleet_settings(settings, tmp_path / "data")
     cid = f"owned-{uuid.uuid4().hex[:8]}"
     send(live, cid, "first, from the owner", tenant="acme")
-    runner = RunnerProc(live, tmp_path / "ws", None, tmp_path / "runner.log")
+    ops = free_port()
+    runner = RunnerProc(live, tmp_path / "ws", None, tmp_path / "runner.log", CONVDB_OPS__PORT=str(ops))
     try:
         wait_for(lambda: final_status(live, cid) == "finished", 90, "the owner's first run", [runner])
         send(live, cid, "let me in", tenant="intruder")
@@ -60,5 +63,7 @@ def test_another_tenants_inbox_records_are_refused_and_the_owner_is_served(
         assert all("'intruder'" in d[ERROR_MESSAGE] and "another tenant" in d[ERROR_MESSAGE] for d in dead)
         assert all(line["reason"] for line in runner.events("refused"))
         assert runner.proc.poll() is None  # still serving
+        metrics = httpx.get(f"http://127.0.0.1:{ops}/metrics", timeout=10).text
+        assert 'convdb_runner_refused_records_total{reason="tenant"} 2.0' in metrics
     finally:
         runner.stop()
