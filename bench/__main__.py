@@ -29,6 +29,7 @@ BENCHMARKS: tuple[str, ...] = (
     "codec",
     "search",
     "sink",
+    "scaleout",
     "e2e",
     "replay",
     "resume",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+import re
 import threading
 import time
 from collections.abc import Callable
@@ -129,3 +130,42 @@ def test_rebalance_between_two_consumers_stores_each_event_once(
         publisher.join(120)
         a.stop()
         b.stop()
+
+
+def test_two_consume_all_processes_share_four_partitions_and_store_each_event_once(
+    make_settings: Callable[..., Settings], tmp_path: Path
+) -> None:
+    """The scale-out shape: one group, two `consume all` processes, two partitions each."""
+    url = f"sqlite:///{tmp_path / 'store.db'}"
+    settings = make_settings(store_url=url, partitions=4)
+    from infra.kafka import apply_topics
+
+    apply_topics(settings)
+    a = ConsumerProcess(settings, ["all"], tmp_path / "a.log").start()
+    b = ConsumerProcess(settings, ["all"], tmp_path / "b.log").start()
+    events = interleaved(100, 100)
+    publisher: threading.Thread | None = None
+    try:
+        wait_until(lambda: len(assigned(a)) == 2 and len(assigned(b)) == 2, 60, "2 partitions each")
+        assert assigned(a) | assigned(b) == {0, 1, 2, 3}
+        publisher = publish_slowly(settings, events, chunks=20)
+        publisher.join(120)
+        wait_complete(url, len(events), [a, b], timeout=120)
+        assert_all_exact(url, events)
+        shares = [wait_progress(p, 1) for p in (a, b)]  # each applied some: the work was shared
+        assert sum(shares) >= len(events)
+        assert a.terminate() == 0, a.log_tail()
+        assert b.terminate() == 0, b.log_tail()
+    finally:
+        if publisher is not None:
+            publisher.join(120)
+        a.stop()
+        b.stop()
+
+
+def assigned(proc: ConsumerProcess) -> set[int]:
+    """Partitions of the events topic the child's last assignment log line names (empty before one)."""
+    lines = [line for line in proc.log_tail(400).splitlines() if " assigned [(" in line]
+    if not lines:
+        return set()
+    return {int(p) for p in re.findall(r"\('[^']*\.events', (\d+),", lines[-1])}
