@@ -11,9 +11,8 @@ from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
-from sqlalchemy.exc import IntegrityError
 
-__all__ = ["bulk_insert", "insert_new"]
+__all__ = ["bulk_insert"]
 
 _SQL_CACHE: dict[tuple[str, str, tuple[str, ...], tuple[str, ...] | None], str] = {}
 
@@ -47,35 +46,6 @@ def bulk_insert(
             sql += f" ON CONFLICT ({', '.join(quote(k) for k in keys)}) DO NOTHING"
         _SQL_CACHE[cache_key] = sql
     conn.exec_driver_sql(sql, list(rows))
-
-
-def insert_new(
-    conn: Connection, table: sa.Table, columns: Sequence[str], rows: Sequence[tuple[Any, ...]]
-) -> bool:
-    """`bulk_insert` under a savepoint; False, with nothing inserted, when a row's unique key exists."""
-    if not rows:
-        return True
-    savepoint = conn.begin_nested()
-    try:
-        bulk_insert(conn, table, columns, rows)
-    except Exception as exc:
-        if not _is_duplicate_key(exc):
-            raise
-        savepoint.rollback()
-        return False
-    savepoint.commit()
-    return True
-
-
-def _is_duplicate_key(exc: BaseException) -> bool:
-    if isinstance(exc, IntegrityError):
-        return True
-    # COPY on PostgreSQL goes through the driver's cursor: its error is psycopg's own.
-    try:
-        from psycopg.errors import UniqueViolation
-    except ImportError:  # pragma: no cover - psycopg is a dependency
-        return False
-    return isinstance(exc, UniqueViolation)
 
 
 def _copy_insert(

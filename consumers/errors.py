@@ -19,3 +19,8 @@ class PluginError(ConsumerError):
 
 class QueryInputError(ConsumerError):
     """A query API request has bad filters or a bad cursor (HTTP 400)."""
+
+
+class StoredViewError(ConsumerError):
+    """A conversation's stored view log does not fold back to its stored row (an event reused
+    an earlier event's id); the records that need its full view are refused."""

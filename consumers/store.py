@@ -24,7 +24,7 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import ArgumentError, SQLAlchemyError
 
-from consumers._bulk import bulk_insert, insert_new  # noqa: F401 - re-exported: part of the store API
+from consumers._bulk import bulk_insert  # noqa: F401 - re-exported: part of the store API
 from consumers.errors import StoreError
 
 if TYPE_CHECKING:

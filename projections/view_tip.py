@@ -50,11 +50,12 @@ def extend_tip(start: Tip, events: Sequence[Event]) -> Tip | None:
     None unless every event is either the next chain event parented on the active leaf (or
     the first root, when there is no leaf yet), not a switch, fork or condensation, or an
     annotation (seq 0), all of this conversation: then the caller folds the full state.
-    Precondition, which a tip cannot check: no event id is already in the view (the caller's
-    store enforces it; ids repeated within `events` are checked here).
+    Precondition, which a tip cannot check in general: no event id is already in the view (ids
+    are UUIDs from one writer). An id repeated within `events`, or equal to the active leaf's
+    (a retried event given the next seq), is checked here.
     """
     conv, tenant, last_seq, count, leaf, length = start
-    seen: set[str] = set()
+    seen: set[str] = set() if leaf is None else {leaf}
     for event in events:
         if event.conversation_id != conv or event.id in seen:
             return None

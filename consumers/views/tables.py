@@ -38,9 +38,6 @@ events = sa.Table(
     sa.Column("partition", sa.Integer, nullable=False),
     sa.Column("offset", sa.BigInteger, nullable=False),
     sa.Column("payload", sa.LargeBinary, nullable=False, doc="The event, Avro single-object encoded."),
-    # An event id is folded once per conversation: a run that would repeat one cannot take
-    # the tip's short way (see `ViewsConsumer.apply`), and this key is what notices.
-    sa.Index("views_events_id", "conversation_id", "event_id", unique=True),
 )
 """Every event folded into a conversation's view, in fold order (rebuilds the state; 'as of T')."""
 

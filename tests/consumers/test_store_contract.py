@@ -27,7 +27,7 @@ from consumers.titles.projector import load_states as load_titles
 from consumers.views import ViewsConsumer, load_state
 from consumers.views.tables import conversations as views_table
 from projections import stats, titles, view
-from schemas.events import Event
+from schemas.events import ActiveLeafChangedEvent, Event
 from tests.consumers.builders import conversation
 from tests.consumers.conftest import drop_pg_schema, make_pg_schema, require_pg
 from tests.strategies import batch_splits, interleaved_conversations, split, with_redeliveries
@@ -116,11 +116,11 @@ class StoreContract:
             assert apply_batches(cached, batches) == apply_batches(uncached, batches, views_cache=0)
             self.assert_equals_pure_folds(uncached, events)
 
-    def test_a_reused_event_id_on_the_next_seq_is_folded_as_the_pure_fold_does(self) -> None:
-        """The tip cannot see a reused id; the store's key does, and the full fold decides."""
+    def test_a_retried_event_with_the_leafs_id_is_folded_as_the_pure_fold_does(self) -> None:
+        """The leaf's id again on the next seq: the tip sees it, the full fold ignores it."""
         events = conversation("r", 4)
-        reused = events[3].model_copy(update={"id": events[1].id})
-        log = [*events[:3], reused, events[3].model_copy(update={"seq": 5, "parent_id": reused.id})]
+        retried = events[3].model_copy(update={"id": events[2].id})
+        log = [*events[:3], retried, events[3].model_copy(update={"seq": 5, "parent_id": events[2].id})]
         with self.fresh_store() as engine:
             ensure_projections(engine, [ViewsConsumer()])
             with engine.begin() as conn:
@@ -129,6 +129,25 @@ class StoreContract:
                 rejected = ViewsConsumer().apply(conn, records_of(log[3:], start=3))
             assert [r.record.offset for r in rejected] == [4]  # after the ignored one: a gap
             self.assert_equals_pure_folds_of_views(engine, log[:4])
+
+    def test_an_older_reused_id_makes_later_full_folds_refuse_not_crash(self) -> None:
+        """The tip cannot see an older id reused (a producer bug): the log no longer folds back to
+        the row, and what needs the full view is refused with the reason instead."""
+        events = conversation("o", 5)
+        reused = events[3].model_copy(update={"id": events[1].id})
+        switch = ActiveLeafChangedEvent(
+            id="switch", conversation_id="o", tenant_id="t1", seq=5, timestamp=events[4].timestamp,
+            source="user", parent_id=reused.id, leaf_event_id=events[0].id,
+        )  # fmt: skip
+        with self.fresh_store() as engine:
+            ensure_projections(engine, [ViewsConsumer()])
+            for batch in (records_of(events[:3]), records_of([reused], start=3)):
+                with engine.begin() as conn:
+                    assert ViewsConsumer().apply(conn, batch) == []
+            with engine.begin() as conn:
+                rejected = ViewsConsumer().apply(conn, records_of([switch], start=4))
+            assert [type(r.error).__name__ for r in rejected] == ["StoredViewError"]
+            assert "reused an earlier event's id" in str(rejected[0].error)
 
     def assert_equals_pure_folds_of_views(self, engine: Engine, events: list[Event]) -> None:
         conv = events[0].conversation_id

@@ -52,6 +52,7 @@ def test_branch_operations_and_foreign_events_decline() -> None:
     gap = MessageEvent(id="g", conversation_id="c", seq=4, parent_id="e2", **base)
     other = MessageEvent(id="x", conversation_id="d", seq=3, parent_id="e2", **base)
     good = MessageEvent(id="n", conversation_id="c", seq=3, parent_id="e2", **base)
-    for run in ([root], [off_leaf], [gap], [other], [good, good]):
+    retried = MessageEvent(id="e2", conversation_id="c", seq=3, parent_id="e2", **base)  # the leaf's id
+    for run in ([root], [off_leaf], [gap], [other], [good, good], [retried]):
         assert extend_tip(start, run) is None
     assert extend_tip(start, [good]) == Tip("c", "t", 3, 3, "n", 3)
