@@ -30,6 +30,7 @@ BENCHMARKS: tuple[str, ...] = (
     "search",
     "sink",
     "scaleout",
+    "memory",
     "e2e",
     "replay",
     "resume",
