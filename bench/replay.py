@@ -115,6 +115,7 @@ def run(ctx: BenchContext) -> Figures:
         }
     )
     cases = [(source, p) for p in (PROCESSES, 1) for source in ("kafka", "archive")]
+    runs = 1 if ctx.large else ctx.repeats  # 4 rebuilds of 1M events per run: one run at that size
     rates: dict[tuple[str, int], list[float]] = {case: [] for case in cases}
     plans: dict[str, list[float]] = {"kafka": [], "archive": []}
     try:
@@ -123,7 +124,7 @@ def run(ctx: BenchContext) -> Figures:
         make = functools.partial(read_side, present_projectors(ctx), settings)
         target, prefix = open_target(settings)
         reader = ArchiveReader(target, prefix)
-        for i in range(ctx.repeats):
+        for i in range(runs):
             digests: list[dict[str, str]] = []
             for source, processes in cases:
                 url = f"sqlite:///{settings.data_dir / f'replay-{source}-{processes}-{i}.db'}"
@@ -139,7 +140,8 @@ def run(ctx: BenchContext) -> Figures:
         drop_namespace(settings)
     ctx.notes.append(
         f"replay: {count:,} events over 100 conversations on {settings.partitions} partitions into a "
-        f"fresh SQLite store per run, one process and {PROCESSES} worker processes; of each rebuild, "
+        f"fresh SQLite store per run ({runs} run(s)), one process and {PROCESSES} worker processes; "
+        "of each rebuild, "
         f"planning took {median(plans['kafka']):.0f} ms (Kafka: fetch-reported ends) and "
         f"{median(plans['archive']):.0f} ms (archive listing)"
     )

@@ -37,7 +37,8 @@ FIGURES = {
 
 def run(ctx: BenchContext) -> Figures:
     """Median combined events/s with one and with two processes, per store backend."""
-    count = ctx.pick(100_000, 400_000)
+    count = ctx.pick(100_000, 200_000)
+    runs = min(ctx.repeats, 3)
     events = interleaved(count)
     pg_url = os.environ.get("CONVDB_BENCH_PG_URL", PG_DEFAULT)
     stores = [("", lambda s: f"sqlite:///{s.data_dir / 'store.db'}")]
@@ -47,7 +48,7 @@ def run(ctx: BenchContext) -> Figures:
     for label, url_of in stores:
         for processes in (2, 1):
             rates = []
-            for _ in range(ctx.repeats):
+            for _ in range(runs):
                 if url_of is None:
                     with pg_schema(pg_url) as url:
                         rates.append(_one(ctx, events, processes, lambda _s, url=url: url))
@@ -55,7 +56,8 @@ def run(ctx: BenchContext) -> Figures:
                     rates.append(_one(ctx, events, processes, url_of))
             figures[f"scaleout_{label}{processes}p_events_per_s"] = median(rates)
     ctx.notes.append(
-        f"scale-out: {count:,} events over 100 conversations on 4 partitions; `convdb consume all` "
+        f"scale-out: {count:,} events over 100 conversations on 4 partitions, median of {runs} runs; "
+        "`convdb consume all` "
         "(views, index, titles, stats, effects) child processes started and assigned before the "
         "events are produced; rate = events / (first produce -> last event applied)"
     )
