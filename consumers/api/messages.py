@@ -39,6 +39,20 @@ class Accepted(BaseModel):
 
 
 @router.post(
+    "/conversations",
+    status_code=202,
+    response_model=Accepted,
+    summary="Start a conversation under a new id convdb chooses (its first message, durable before 202)",
+)
+async def start_conversation(body: PostMessage, tenant_id: Tenant, ctx: Ctx) -> Accepted:
+    """A conversation under a fresh, unguessable id (a UUID): no other tenant can hold it, and a
+    client learns nothing about the ids other tenants use (ids a client chooses itself are one
+    namespace for every tenant: a post to one taken by another tenant is answered 404)."""
+    new = str(uuid.uuid4())
+    return await send_to_inbox(ctx, tenant_id, new, "message", body.content, body.sender, fresh=True)
+
+
+@router.post(
     "/conversations/{conversation_id}/messages",
     status_code=202,
     response_model=Accepted,
@@ -82,16 +96,21 @@ async def send_to_inbox(
     sender: str,
     *,
     must_exist: bool = False,
+    fresh: bool = False,
 ) -> Accepted:
     """Publish an `InboxMessage` (durable before return); HTTPException 404 if not the tenant's.
+
+    `fresh`: the id was just drawn at random (a UUID), so nobody can own it yet.
 
     Raises:
         PublishError: not acknowledged in time (the app answers 503).
     """
-    try:
-        owner, claim = await ctx.on_writer(ctx.ownership.owner, conversation_id)
-    except OwnershipUnknownError as exc:
-        raise HTTPException(503, f"cannot tell who owns {conversation_id!r} now: {exc}") from exc
+    owner, claim = None, None
+    if not fresh:
+        try:
+            owner, claim = await ctx.on_writer(ctx.ownership.owner, conversation_id)
+        except OwnershipUnknownError as exc:
+            raise HTTPException(503, f"cannot tell who owns {conversation_id!r} now: {exc}") from exc
     # "Not yours" and "does not exist" are the same answer, so neither can be probed.
     if (owner is not None and owner != tenant_id) or (owner is None and must_exist):
         raise HTTPException(404, f"no conversation {conversation_id!r}")
