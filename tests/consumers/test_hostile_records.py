@@ -23,6 +23,7 @@ from consumers.index import IndexConsumer
 from consumers.metrics import MetricsServer
 from consumers.runner import Runner
 from consumers.stats import StatsConsumer
+from consumers.store import bulk_insert
 from consumers.views import ViewsConsumer
 from infra.kafka import apply_topics, producer_config
 from schemas import EventEnvelope
@@ -101,26 +102,42 @@ def test_foreign_records_that_break_the_rules_go_to_the_dlq_on_both_stores(make_
 
 narrow = sa.MetaData()
 seqs = sa.Table("narrow_seqs", narrow, sa.Column("event_id", sa.String(64), primary_key=True),
-                sa.Column("seq", sa.SmallInteger))  # fmt: skip
+                sa.Column("tag", sa.String(8)))  # fmt: skip
 
 
 class NarrowConsumer(TableProjector):
-    """A plugin whose table cannot hold every value: PostgreSQL refuses seq > 32767 (a DataError)."""
+    """A plugin whose table cannot hold every value: PostgreSQL refuses a tag over 8 characters."""
 
     name = "narrow"
     topics = (EVENTS,)
     metadata = narrow
     digest_of = ()
 
+    bulk = False
+    """Write through the sink's hot path (binary COPY on PostgreSQL) instead of an INSERT."""
+
     def apply(self, connection: Connection, batch: Sequence[ConsumedRecord]) -> Sequence[Rejection]:
         """One row per event."""
-        rows = [{"event_id": r.value.id, "seq": r.value.seq} for r in batch]
-        if rows:
+        rows = [{"event_id": r.value.id, "tag": _tag(r.value.seq)} for r in batch]
+        if rows and self.bulk:
+            bulk_insert(connection, seqs, ["event_id", "tag"], [(r["event_id"], r["tag"]) for r in rows])
+        elif rows:
             connection.execute(sa.insert(seqs), rows)
         return ()
 
 
-def test_a_value_the_store_refuses_is_isolated_and_dead_lettered(make_settings, pg_url) -> None:  # type: ignore[no-untyped-def]
+def _tag(seq: int) -> str:
+    return str(seq) if seq < 10_000 else f"too-long-{seq}"
+
+
+class NarrowBulkConsumer(NarrowConsumer):
+    """The same, through COPY."""
+
+    bulk = True
+
+
+@pytest.mark.parametrize("projector", [NarrowConsumer, NarrowBulkConsumer])
+def test_a_value_the_store_refuses_is_isolated_and_dead_lettered(make_settings, pg_url, projector) -> None:  # type: ignore[no-untyped-def]
     settings = make_settings(store_url=pg_url)
     apply_topics(settings)
     producer = Producer(producer_config(settings))
@@ -133,7 +150,7 @@ def test_a_value_the_store_refuses_is_isolated_and_dead_lettered(make_settings, 
     for event in [*events[:4], too_big, *events[4:]]:
         producer.produce(topic, codec.encode(event), event.conversation_id)
     assert producer.flush(30) == 0
-    runner = Runner(settings, [NarrowConsumer()], name="narrow", store_retry_s=5)
+    runner = Runner(settings, [projector()], name="narrow", store_retry_s=5)
     thread = run_runner(runner)
     try:
         wait_until(lambda: scalar(pg_url, "SELECT COUNT(*) FROM narrow_seqs") == 9, 60, "the 9 storable rows")
