@@ -241,6 +241,26 @@ SAMPLE_CREDENTIALS = frozenset(
 service refuses them unless development mode is on."""
 
 
+class OpenHandsSettings(Section):
+    """The OpenHands bridge: webhook routes of `convdb serve`, import and export."""
+
+    key_header: str = Field(
+        "X-API-Key",
+        description="Header holding the convdb API key on webhook posts (set it in the agent-server's "
+        "webhook headers; its own X-Session-API-Key is never taken as a convdb credential).",
+    )
+    max_body_bytes: int = Field(
+        8 * 1024 * 1024,
+        description="Largest webhook body accepted (an agent-server batch is at most 5 MiB by default).",
+    )
+    max_events: int = Field(1000, description="Most events accepted in one webhook batch.")
+    max_record_bytes: int = Field(
+        900_000,
+        description="Largest inbox record: a batch is split into records under this size, and one event "
+        "larger than this is refused (Kafka's default message limit is 1 MB).",
+    )
+
+
 class Settings(BaseSettings):
     """Everything convdb can be configured with."""
 
@@ -281,6 +301,7 @@ class Settings(BaseSettings):
         description="Registered secrets, name -> value: replaced by <secret:NAME> before anything is "
         "written (topics, stores, archive, logs); tools get the value back. See also `--secrets-file`.",
     )
+    openhands: OpenHandsSettings = Field(default_factory=OpenHandsSettings)
     crash_at: str | None = Field(
         None, description="Fault injection: SIGKILL the runner at this named crash point (tests only)."
     )

@@ -39,6 +39,7 @@ ROUTERS: tuple[str, ...] = (
     "consumers.api.receipts",
     "consumers.api.operations",
     "consumers.api.observe",
+    "consumers.api.openhands",
     "consumers.console",
 )
 """Router modules included by default, in OpenAPI order."""
@@ -102,6 +103,8 @@ async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
     yield
     ctx: ApiContext = app.state.ctx
     ctx.close()
+    for close in getattr(app.state, "closers", ()):
+        close()
 
 
 def _ensure_tables(url: str) -> None:

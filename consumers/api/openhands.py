@@ -1,0 +1,231 @@
+"""The OpenHands agent-server's webhooks: event batches and conversation info, durable in the inbox.
+
+Point an agent-server at ``{convdb}/openhands/webhooks`` with the convdb API key in its webhook
+headers. A post is validated whole (`projections.openhands`), written to the inbox topic as
+`ExternalBatch` records and answered 200 only once the broker acknowledged every record; the
+conversation's runner appends it (one writer per conversation), skipping event ids it holds,
+so the agent-server's retries of the same batch store nothing twice.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import Any
+
+import sqlalchemy as sa
+from fastapi import APIRouter, HTTPException, Request
+from fastapi.concurrency import run_in_threadpool
+from pydantic import BaseModel
+
+from consumers.api._acks import AsyncAcks
+from consumers.api.deps import ApiContext, context
+from consumers.views.tables import conversations as views_table
+from infra.errors import PublishError
+from projections.errors import ForeignRecordError
+from projections.openhands import ORIGIN, check_events, check_record, conversation_key
+from schemas import ExternalBatch
+from schemas.topics import INBOX
+
+PREFIX = "/openhands/webhooks"
+"""Base URL path of the webhook routes (the agent-server's webhook `base_url` ends with it)."""
+
+router = APIRouter(prefix=PREFIX, tags=["openhands"])
+
+
+class Position(BaseModel):
+    """Where one inbox record landed."""
+
+    topic: str
+    partition: int
+    offset: int
+
+
+class Stored(BaseModel):
+    """The post is durable in the inbox topic; the conversation's runner appends it."""
+
+    conversation_id: str
+    events: int
+    records: list[Position]
+
+
+@router.post(
+    "/events/{conversation_id}",
+    response_model=Stored,
+    summary="An agent-server event batch (durable in the inbox before 200)",
+    responses={400: {"description": "malformed batch"}, 401: {}, 404: {}, 413: {}, 503: {}},
+)
+async def post_events(conversation_id: str, request: Request) -> Stored:
+    """Store a batch of OpenHands events of one conversation (JSON array, as the agent-server posts it)."""
+    ctx = context(request)
+    tenant_id = _tenant(request, ctx)
+    cid = _conversation(conversation_id)
+    body = await _body(request, ctx.settings.openhands.max_body_bytes)
+    items = _parse(body)
+    if isinstance(items, list) and len(items) > ctx.settings.openhands.max_events:
+        raise HTTPException(
+            413, f"{len(items)} events in one batch; the limit is {ctx.settings.openhands.max_events}"
+        )
+    try:
+        events = check_events(items)
+    except ForeignRecordError as exc:
+        raise HTTPException(400, f"bad OpenHands batch: {exc}; nothing was stored") from exc
+    await _check_owner(request, ctx, cid, tenant_id)
+    payloads = _split(body.decode(), events, ctx.settings.openhands.max_record_bytes)
+    return Stored(
+        conversation_id=cid,
+        events=len(events),
+        records=await _store(request, ctx, cid, tenant_id, "events", payloads),
+    )
+
+
+@router.post(
+    "/conversations",
+    response_model=Stored,
+    summary="An agent-server ConversationInfo (durable in the inbox before 200)",
+    responses={400: {"description": "malformed info"}, 401: {}, 404: {}, 413: {}, 503: {}},
+)
+async def post_conversation(request: Request) -> Stored:
+    """Store a ConversationInfo the agent-server posts on start, pause, update and delete."""
+    ctx = context(request)
+    tenant_id = _tenant(request, ctx)
+    body = await _body(request, ctx.settings.openhands.max_body_bytes)
+    try:
+        info = check_record("conversation_info", _parse(body))
+        cid = conversation_key(info["id"], "conversation info")
+    except ForeignRecordError as exc:
+        raise HTTPException(400, f"bad ConversationInfo: {exc}; nothing was stored") from exc
+    if len(body) > ctx.settings.openhands.max_record_bytes:
+        raise HTTPException(
+            413,
+            f"ConversationInfo of {len(body)} bytes; the limit is {ctx.settings.openhands.max_record_bytes}",
+        )
+    await _check_owner(request, ctx, cid, tenant_id)
+    return Stored(
+        conversation_id=cid,
+        events=0,
+        records=await _store(request, ctx, cid, tenant_id, "conversation_info", [body.decode()]),
+    )
+
+
+def _app_state(request: Request, name: str, make: Callable[[], Any]) -> Any:
+    """A collaborator kept on the app (built on first use; closed with the app when it has `close`)."""
+    state = request.app.state
+    if not hasattr(state, name):
+        value = make()
+        setattr(state, name, value)
+        if hasattr(value, "close"):
+            state.closers = [*getattr(state, "closers", ()), value.close]
+    return getattr(state, name)
+
+
+def _tenant(request: Request, ctx: ApiContext) -> str:
+    header = ctx.settings.openhands.key_header
+    key = request.headers.get(header)
+    if not key:
+        raise HTTPException(
+            401, f"missing {header} header: put the convdb API key in the agent-server's webhook headers"
+        )
+    tenant_id = ctx.settings.api.keys.get(key)
+    if tenant_id is None:
+        raise HTTPException(401, f"unknown API key in {header}")
+    return tenant_id
+
+
+def _conversation(raw: str) -> str:
+    try:
+        return conversation_key(raw, "conversation id")
+    except ForeignRecordError as exc:
+        raise HTTPException(400, str(exc)) from exc
+
+
+async def _body(request: Request, limit: int) -> bytes:
+    declared = request.headers.get("content-length", "")
+    if declared.isdigit() and int(declared) > limit:
+        raise HTTPException(413, f"body of {declared} bytes; the limit is {limit}")
+    chunks, size = [], 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise HTTPException(413, f"body larger than {limit} bytes")
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def _parse(body: bytes) -> Any:
+    try:
+        return json.loads(body)
+    except (ValueError, RecursionError) as exc:
+        raise HTTPException(400, f"body is not JSON: {str(exc)[:200]}; nothing was stored") from exc
+
+
+def _split(text: str, events: list[dict[str, Any]], limit: int) -> list[str]:
+    """The batch as inbox payloads under `limit` bytes each (the body itself when it fits)."""
+    if len(text.encode()) <= limit:
+        return [text]
+    payloads: list[str] = []
+    chunk: list[str] = []
+    size = 2
+    for index, event in enumerate(events):
+        one = json.dumps(event, separators=(",", ":"), ensure_ascii=False)
+        length = len(one.encode()) + 1
+        if length + 2 > limit:
+            raise HTTPException(
+                413, f"event {index} (id {event['id'][:40]}) is {length} bytes; the limit is {limit}"
+            )
+        if chunk and size + length > limit:
+            payloads.append("[" + ",".join(chunk) + "]")
+            chunk, size = [], 2
+        chunk.append(one)
+        size += length
+    payloads.append("[" + ",".join(chunk) + "]")
+    return payloads
+
+
+async def _check_owner(request: Request, ctx: ApiContext, cid: str, tenant_id: str) -> None:
+    owners: dict[str, str] = _app_state(request, "openhands_owners", dict)
+    if owners.get(cid) == tenant_id:
+        return
+
+    def owner() -> str | None:
+        with ctx.engine.connect() as conn:
+            query = sa.select(views_table.c.tenant_id).where(views_table.c.conversation_id == cid)
+            return conn.execute(query).scalar()  # type: ignore[no-any-return]
+
+    found = await run_in_threadpool(owner)
+    if found is not None and found != tenant_id:
+        raise HTTPException(404, f"no conversation {cid!r}")
+    if found is not None:
+        owners[cid] = found
+
+
+async def _store(
+    request: Request, ctx: ApiContext, cid: str, tenant_id: str, payload_kind: str, payloads: list[str]
+) -> list[Position]:
+    topic = INBOX.name(ctx.settings.namespace)
+    now = datetime.now(UTC)
+    records = [
+        (
+            cid,
+            ctx.codec.encode(
+                ExternalBatch(
+                    id=str(uuid.uuid4()),
+                    conversation_id=cid,
+                    tenant_id=tenant_id,
+                    timestamp=now,
+                    origin=ORIGIN,
+                    payload_kind=payload_kind,
+                    payload=payload,
+                )
+            ),
+        )
+        for payload in payloads
+    ]
+    acks: AsyncAcks = _app_state(request, "openhands_acks", lambda: AsyncAcks(ctx.settings))
+    try:
+        landed = await acks.send(topic, records)
+    except PublishError as exc:
+        raise HTTPException(503, f"not stored: {exc}; retry the same batch") from exc
+    return [Position(topic=topic, partition=p, offset=o) for p, o in landed]
