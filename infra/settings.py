@@ -259,6 +259,11 @@ class OpenHandsSettings(Section):
         description="Largest inbox record: a batch is split into records under this size, and one event "
         "larger than this is refused (Kafka's default message limit is 1 MB).",
     )
+    fault_lost_responses: int = Field(
+        0,
+        description="Fault injection for tests only: answer 503 to this many event batches after they "
+        "were stored (a lost response), so the agent-server retries batches convdb already holds.",
+    )
 
 
 class Settings(BaseSettings):

@@ -33,3 +33,8 @@ class LLMError(ConvdbError):
 
 class ConversationNotFoundError(ConvdbError):
     """No event of this conversation is on the events topic."""
+
+
+class RecordRefusedError(ConvdbError):
+    """An inbox record its conversation cannot take (another tenant's, an OpenHands payload for a
+    conversation convdb runs, a user message for one that runs in OpenHands); it goes to the DLQ."""

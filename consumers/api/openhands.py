@@ -228,4 +228,12 @@ async def _store(
         landed = await acks.send(topic, records)
     except PublishError as exc:
         raise HTTPException(503, f"not stored: {exc}; retry the same batch") from exc
+    lost: list[int] = _app_state(
+        request, "openhands_lost", lambda: [ctx.settings.openhands.fault_lost_responses]
+    )
+    if payload_kind == "events" and lost[0] > 0:
+        lost[0] -= 1
+        raise HTTPException(
+            503, "fault injection: stored, but answering 503 (CONVDB_OPENHANDS__FAULT_LOST_RESPONSES)"
+        )
     return [Position(topic=topic, partition=p, offset=o) for p, o in landed]

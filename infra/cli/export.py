@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import argparse
+import re
 import sys
+import uuid
 from pathlib import Path
 
 from consumers.archive import export
@@ -17,10 +19,18 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add the `export` command."""
     p = sub.add_parser("export", help="write a conversation's full trajectory in order")
     p.add_argument("conversation", type=conversation_id, metavar="CONV", help="conversation id")
-    p.add_argument("--format", choices=("jsonl", "avro"), default="jsonl", help="jsonl (default) or avro")
+    p.add_argument(
+        "directory", nargs="?", type=Path, metavar="DIR", help="with --format openhands: where to write it"
+    )
+    p.add_argument(
+        "--format",
+        choices=("jsonl", "avro", "openhands"),
+        default="jsonl",
+        help="jsonl (default), avro, or openhands (a conversation directory the OpenHands SDK loads)",
+    )
     p.add_argument("--source", choices=("kafka", "archive"), default="kafka", help="where to read")
     p.add_argument("--output", "-o", type=Path, metavar="FILE", help="write here instead of stdout")
-    p.set_defaults(func=_export)
+    p.set_defaults(func=_export, late_positional="directory")
 
 
 def trajectory(settings: Settings, conversation_id: str, source: str) -> export.Trajectory:
@@ -40,6 +50,10 @@ def trajectory(settings: Settings, conversation_id: str, source: str) -> export.
 
 
 def _export(args: argparse.Namespace) -> int:
+    if args.format == "openhands":
+        return _export_openhands(args)
+    if args.directory is not None:
+        raise UsageError("DIR is only for --format openhands (use --output FILE)")
     found = trajectory(load_settings(), args.conversation, args.source)
     data = export.render(found, args.format)
     if args.output:
@@ -49,4 +63,20 @@ def _export(args: argparse.Namespace) -> int:
         sys.stdout.flush()
     if found.undecodable:
         print(f"convdb: {found.undecodable} undecodable record(s) skipped", file=sys.stderr)
+    return 0
+
+
+def _export_openhands(args: argparse.Namespace) -> int:
+    from infra.cli.openhands import write_conversation
+    from projections.openhands import export as to_openhands
+
+    root = Path(args.directory) if args.directory else args.output
+    if root is None:
+        raise UsageError("--format openhands needs a directory: convdb export CONV --format openhands DIR")
+    cid = args.conversation
+    if re.fullmatch(r"[0-9a-fA-F]{32}", cid):
+        cid = str(uuid.UUID(cid))  # an OpenHands id as its directory spells it
+    found = trajectory(load_settings(), cid, args.source)
+    path = write_conversation(root, to_openhands(cid, found.events))  # type: ignore[arg-type]
+    print(f"{cid}: {path}")
     return 0

@@ -33,6 +33,7 @@ COMMAND_MODULES = (
     "infra.cli.replay",
     "infra.cli.audit",
     "infra.cli.export",
+    "infra.cli.openhands",
     "infra.cli.reconcile",
     "infra.cli.runner",
 )
@@ -87,7 +88,16 @@ def main(argv: list[str] | None = None) -> int:
     """Run the CLI; returns the process exit code."""
     os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args, extra = parser.parse_known_args(argv)
+    # argparse binds an optional positional before the options that follow it: a command names
+    # the positional (`late_positional`) that may come after them, e.g. `export CONV --format X DIR`.
+    late = getattr(args, "late_positional", None)
+    if extra and (
+        late is None or len(extra) != 1 or getattr(args, late) is not None or extra[0].startswith("-")
+    ):
+        parser.error(f"unrecognized arguments: {' '.join(extra)}")
+    if extra:
+        setattr(args, late, extra[0])
     try:
         ops = Settings().ops
     except ValidationError as exc:

@@ -15,6 +15,7 @@ from confluent_kafka import Consumer
 from infra.partitioner import partition_for
 from infra.settings import Settings
 from producers.conversation import Conversation
+from producers.fleet import external
 from producers.fleet.restore import PartitionTail, restore_partition
 from producers.fleet.sink import PartitionSink
 from producers.fleet.snapshot import build_snapshot, restored_positions, restored_state
@@ -25,9 +26,20 @@ from producers.publisher import Delivery, TransactionalPublisher
 from producers.runtime import Runtime
 from producers.state import ConversationState
 from projections.errors import ProjectionError, UnknownEventError
+from projections.openhands import OpenHandsState
 from projections.tenancy import check_owner
 from projections.view import ViewState, active_branch, path_to_root
-from schemas import AvroModel, Codec, Event, ForkEvent, InboxMessage, LedgerRecord, MessageEvent, Snapshot
+from schemas import (
+    AvroModel,
+    Codec,
+    Event,
+    ExternalBatch,
+    ForkEvent,
+    InboxMessage,
+    LedgerRecord,
+    MessageEvent,
+    Snapshot,
+)
 from schemas.errors import SchemaError
 from schemas.topics import INBOX
 
@@ -67,6 +79,8 @@ class PartitionOwner:
         self.publisher = TransactionalPublisher(ctx.settings, ctx.codec, self.transactional_id)
         self.sink = PartitionSink(self.publisher, consumer, INBOX.name(ctx.settings.namespace), partition)
         self.conversations: dict[str, Conversation] = {}
+        self.external: dict[str, OpenHandsState] = {}
+        """The OpenHands mapping state of conversations run elsewhere, kept between their batches."""
         self.events_end = 0
         self.effects_end = 0
         self.report: dict[str, object] = {}
@@ -161,21 +175,36 @@ class PartitionOwner:
         self.conversations[cid] = conv
         return conv
 
-    def admit(self, inbox: InboxMessage) -> Conversation:
+    def admit(self, record: InboxMessage | ExternalBatch) -> Conversation:
         """The conversation an inbox record is for (created by its first record).
 
         The one place an inbox record meets its conversation: a record of another tenant than
-        the conversation's (its first record fixed it) raises a data error, which the runner
-        sends to the DLQ with the record's offset.
+        the conversation's (its first record fixed it), an OpenHands payload for a conversation
+        convdb runs, or a user message for one that runs in OpenHands raises a data error, which
+        the runner sends to the DLQ with the record's offset.
 
         Raises:
             TenantMismatchError: the record names another tenant than the conversation's.
+            RecordRefusedError: the record is for a conversation run by the other side.
         """
-        conv = self.conversations.get(inbox.conversation_id)
+        conv = self.conversations.get(record.conversation_id)
         if conv is None:
-            return self.create(inbox.conversation_id, inbox.tenant_id)
-        check_owner(conv.tenant_id, inbox)
+            return self.create(record.conversation_id, record.tenant_id)
+        check_owner(conv.tenant_id, record)
+        external.refuse(conv, record)
         return conv
+
+    def append_external(self, batch: ExternalBatch, next_offset: int) -> None:
+        """Append a foreign system's records to their conversation, with the inbox position.
+
+        Raises:
+            TenantMismatchError, RecordRefusedError, ForeignRecordError: the record does not
+                belong there or does not map (nothing is written; the runner dead-letters it).
+        """
+        conv = self.admit(batch)
+        conv.positions.inbox_offset = next_offset
+        cid = batch.conversation_id
+        self.external[cid] = external.append(conv, self.external.get(cid), self.sink, batch, next_offset)
 
     def interrupted(self) -> list[Conversation]:
         """Conversations whose run a crash or a handover cut short."""
@@ -195,6 +224,9 @@ class PartitionOwner:
             conv.base_snapshot(),
             conv.state.view,
             self.ctx.codec,
+            # A conversation run elsewhere restores from its first event: the OpenHands mapping
+            # needs every id (retries) and every derived usage record, not just the active branch.
+            keep_view=external.origin_of(conv.state.view) is None,
             effects_offset=refold if refold is not None else conv.positions.effects_position,
             partition_events_offset=min(pending_events, default=self.events_end),
             partition_effects_offset=min(pending_effects, default=self.effects_end),
@@ -222,7 +254,12 @@ class PartitionOwner:
 
 
 def needs_takeover(conv: Conversation) -> bool:
-    """True when a run was due or under way: status running, or a user message not yet answered."""
+    """True when a run was due or under way: status running, or a user message not yet answered.
+
+    Never for a conversation run elsewhere (OpenHands): convdb only appends what it is sent.
+    """
+    if external.origin_of(conv.state.view) is not None:
+        return False
     if conv.status == "running":
         return True
     if conv.status in ("waiting_for_confirmation", "waiting_for_human"):

@@ -33,7 +33,7 @@ from producers.errors import FencedError, PublishError
 from producers.fleet.owner import FleetContext, PartitionOwner
 from producers.inbox import apply_inbox
 from projections.errors import TenantMismatchError
-from schemas import InboxMessage
+from schemas import ExternalBatch, InboxMessage
 from schemas.errors import ConvdbError, SchemaError
 from schemas.topics import DLQ, INBOX
 
@@ -233,22 +233,32 @@ class FleetRunner:
         owner = self.owners[msg.partition()]
         self.last_activity = time.monotonic()
         try:
-            inbox = self.ctx.codec.decode(msg.value(), expect=(InboxMessage,))
-            if not isinstance(inbox, InboxMessage):
-                raise SchemaError(f"expected an InboxMessage, got {type(inbox).__name__}")
-            conv = owner.admit(inbox)
+            record = self.ctx.codec.decode(msg.value(), expect=(InboxMessage, ExternalBatch))
+            if isinstance(record, ExternalBatch):
+                with (
+                    log_context(conversation_id=record.conversation_id, tenant_id=record.tenant_id),
+                    tracing.traced(msg.headers(), "runner external", **tracing.record_attributes(msg)),
+                ):
+                    owner.append_external(record, msg.offset() + 1)
+                self.ctx.metrics.inbox.inc()
+                self.handled += 1
+                self.last_activity = time.monotonic()
+                return
+            if not isinstance(record, InboxMessage):
+                raise SchemaError(f"expected an InboxMessage, got {type(record).__name__}")
+            conv = owner.admit(record)
         except ConvdbError as exc:
             self._dead_letter(owner, msg, exc)
             return
         conv.positions.inbox_offset = msg.offset() + 1
-        owner.sink.attach_offset(msg.offset() + 1, inbox.id if inbox.command == "message" else None)
+        owner.sink.attach_offset(msg.offset() + 1, record.id if record.command == "message" else None)
         self.ctx.metrics.inbox.inc()
         # The inbox record's trace (the API request that wrote it) continues through the run.
         with (
-            log_context(conversation_id=inbox.conversation_id, tenant_id=inbox.tenant_id),
+            log_context(conversation_id=record.conversation_id, tenant_id=record.tenant_id),
             tracing.traced(msg.headers(), "runner inbox", **tracing.record_attributes(msg)),
         ):
-            apply_inbox(conv, inbox, self.ctx.runtime.crash)
+            apply_inbox(conv, record, self.ctx.runtime.crash)
         owner.sink.commit_offset()
         self.handled += 1
         self.last_activity = time.monotonic()

@@ -71,9 +71,16 @@ def view_from_snapshot(snapshot: Snapshot, codec: Codec) -> ViewState:
     )
 
 
-def build_snapshot(base: Snapshot, view: ViewState, codec: Codec, **positions: int) -> Snapshot:
-    """`base` (the conversation's base state) completed with the view and the partition's offsets."""
-    return base.model_copy(update={**view_fields(view, codec), **positions})
+def build_snapshot(
+    base: Snapshot, view: ViewState, codec: Codec, *, keep_view: bool = True, **positions: int
+) -> Snapshot:
+    """`base` (the conversation's base state) completed with the view and the partition's offsets.
+
+    Without `keep_view` the snapshot says its view is incomplete, so a restore refolds the
+    conversation from its first event.
+    """
+    fields = view_fields(view, codec) if keep_view else {"view_complete": False}
+    return base.model_copy(update={**fields, **positions})
 
 
 def restored_state(

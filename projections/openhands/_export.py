@@ -96,6 +96,13 @@ def export(conversation_id: str, events: Iterable[Event]) -> OpenHandsConversati
         out.append(oh)
     if base is None:
         base = _from_info(info) if info is not None else _synthesized(conversation_id, folded)
+    leaf = fold_all(
+        initial(conversation_id), [e for e in folded if e.conversation_id == conversation_id]
+    ).active_leaf
+    if leaf is not None and not base.get("head_is_empty"):
+        # OpenHands does not send its leaf with the events; every node appended became it, and
+        # convdb's active leaf follows the same rule (and the leaves of imported states).
+        base["leaf_event_id"] = leaf
     return OpenHandsConversation(conversation_id, base, out, meta, extra)
 
 

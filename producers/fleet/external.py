@@ -1,0 +1,100 @@
+"""Conversations run elsewhere (an OpenHands agent-server), appended by the runner that owns them.
+
+The API and `convdb import` put OpenHands payloads in the inbox (`ExternalBatch`); the owning
+runner is still the conversation's only writer: it maps the payload (`projections.openhands`,
+pure), assigns the seqs and commits the events with the inbox offset in one transaction. Ids the
+conversation already holds are skipped, so a retried webhook batch or a repeated import appends
+nothing. convdb never runs its own agent on such a conversation, and refuses (DLQ) user messages
+to it and OpenHands payloads for a conversation convdb runs or another tenant owns.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+
+from producers.conversation import Conversation
+from producers.errors import RecordRefusedError
+from producers.fleet.sink import PartitionSink
+from projections.errors import ForeignRecordError, ProjectionError
+from projections.openhands import ORIGIN, OpenHandsState, Received, ingest, resume
+from projections.view import ViewState
+from schemas import ExternalBatch, InboxMessage
+
+logger = logging.getLogger(__name__)
+
+
+def origin_of(view: ViewState) -> str | None:
+    """The foreign system a conversation comes from ('openhands'), None when convdb runs it.
+
+    Every event mapped from OpenHands carries an `extension` keyed by its origin, convdb's own
+    events none, so the first event decides.
+    """
+    if not view.log:
+        return None
+    first = view.log[0]
+    if first.extension is None:
+        return None
+    return ORIGIN if ORIGIN in json.loads(first.extension) else None
+
+
+def refuse(conv: Conversation, record: InboxMessage | ExternalBatch) -> None:
+    """Raise `RecordRefusedError` when `record` may not go to `conv` (the DLQ takes it).
+
+    An OpenHands payload needs a conversation that is empty or comes from OpenHands; a user
+    message or command needs one convdb runs (send it to the agent-server instead).
+    """
+    foreign = origin_of(conv.state.view)
+    if isinstance(record, ExternalBatch):
+        if conv.state.view.log and foreign is None:
+            raise RecordRefusedError(
+                f"conversation {record.conversation_id} is run by convdb: {record.origin} events cannot "
+                "be appended to it"
+            )
+    elif foreign is not None:
+        raise RecordRefusedError(
+            f"conversation {conv.conversation_id} runs in OpenHands: send messages there"
+        )
+
+
+def append(
+    conv: Conversation,
+    known: OpenHandsState | None,
+    sink: PartitionSink,
+    batch: ExternalBatch,
+    next_offset: int,
+) -> OpenHandsState:
+    """Map `batch` onto `conv`'s next events and commit them with the inbox position.
+
+    `known` is the mapping state after the conversation's last batch (None: rebuilt from its
+    log). Returns the new mapping state.
+
+    Raises:
+        ForeignRecordError: the payload is not valid OpenHands data (nothing is written).
+    """
+    state = known or (
+        resume(conv.state.view, conv.tenant_id)
+        if conv.state.view.log
+        else OpenHandsState(conv.state.view, batch.tenant_id)
+    )
+    try:
+        payload = json.loads(batch.payload)
+        mapped, events = ingest(state, Received(batch.payload_kind, payload, batch.timestamp))
+    except ForeignRecordError:
+        raise
+    except (ValueError, ProjectionError) as exc:
+        # The mapping is pure and ran before anything was written: a data error, not a crash.
+        raise ForeignRecordError(f"inbox record {batch.id}: {type(exc).__name__}: {exc}") from exc
+    sink.attach_offset(next_offset)
+    if events:
+        conv.commit(lambda: events)
+    else:
+        sink.commit_offset()
+    if mapped.duplicates > state.duplicates:
+        logger.info(
+            "conversation %s: %d OpenHands event(s) already held, skipped",
+            conv.conversation_id,
+            mapped.duplicates - state.duplicates,
+        )
+    # The committed events are the mapped ones after secret redaction: keep the view that holds them.
+    return mapped._replace(view=conv.state.view)

@@ -1,0 +1,58 @@
+"""SDK-written conversations imported into convdb and exported back load the same in the real SDK."""
+
+from __future__ import annotations
+
+import math
+import shutil
+import uuid
+from pathlib import Path
+
+import pytest
+
+from tests.openhands.conftest import Convdb, assert_same_in_sdk, run_openhands
+
+pytestmark = [pytest.mark.kafka, pytest.mark.openhands]
+
+
+def test_import_then_export_loads_the_same_in_the_sdk(
+    convdb: Convdb, openhands_python: Path, tmp_path: Path
+) -> None:
+    written = run_openhands(openhands_python, "write", str(tmp_path / "openhands"))
+    # Loading lets the SDK rewrite base_state.json: compare copies, keep the originals for import.
+    shutil.copytree(tmp_path / "openhands", tmp_path / "originals")
+    dirs = {name: tmp_path / "originals" / uuid.UUID(cid).hex for name, cid in written.items()}
+    originals = {o["id"]: o for o in run_openhands(openhands_python, "load", *map(str, dirs.values()))}
+
+    convdb.cli("import", "openhands", str(tmp_path / "openhands"), "--tenant", "tenant-oh", "--wait", "90")
+    summaries = {cid: convdb.conversation(cid, len(originals[cid]["events"])) for cid in written.values()}
+
+    out = tmp_path / "exported"
+    for cid in written.values():
+        convdb.cli("export", cid, "--format", "openhands", str(out))
+    exported = run_openhands(
+        openhands_python, "load", *(str(out / uuid.UUID(c).hex) for c in written.values())
+    )
+    for again in exported:
+        original = originals[again["id"]]
+        assert_same_in_sdk(again, original)
+        assert again["usage"] == original["usage"]
+        stats = summaries[again["id"]]["stats"]
+        tokens = sum(u["prompt_tokens"] for u in original["usage"].values())
+        assert stats["prompt_tokens"] == tokens
+        assert math.isclose(stats["cost"], sum(u["cost"] for u in original["usage"].values()), abs_tol=1e-12)
+
+    main = summaries[written["main"]]
+    assert main["execution_status"] == "finished" and main["stats"]["counts"]["condensation"] == 1
+    assert summaries[written["paused"]]["execution_status"] == "paused"
+    view = convdb.get(f"/conversations/{written['main']}/view")
+    assert [e["id"] for e in view["events"]][-1] == originals[written["main"]]["leaf"]
+
+    # Importing again, after a runner crash and restore, appends nothing.
+    before = {cid: convdb.get(f"/conversations/{cid}")["events"] for cid in written.values()}
+    convdb.restart_runner()
+    convdb.cli("import", "openhands", str(tmp_path / "openhands"), "--tenant", "tenant-oh")
+    convdb.cli(
+        "import", "openhands", *(str(tmp_path / "openhands" / uuid.UUID(c).hex) for c in written.values())
+    )
+    convdb.runner_caught_up()
+    assert {cid: convdb.get(f"/conversations/{cid}")["events"] for cid in written.values()} == before
