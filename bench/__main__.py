@@ -36,6 +36,7 @@ BENCHMARKS: tuple[str, ...] = (
     "resume",
     "step",
     "console",
+    "ingest",
 )
 """Registered benchmarks: each is a module `bench.<name>` with `FIGURES` and `run(ctx) -> Figures`."""
 

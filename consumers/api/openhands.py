@@ -10,6 +10,7 @@ so the agent-server's retries of the same batch store nothing twice.
 from __future__ import annotations
 
 import json
+import time
 import uuid
 from collections.abc import Callable
 from datetime import UTC, datetime
@@ -33,6 +34,9 @@ PREFIX = "/openhands/webhooks"
 """Base URL path of the webhook routes (the agent-server's webhook `base_url` ends with it)."""
 
 router = APIRouter(prefix=PREFIX, tags=["openhands"])
+
+OWNER_RECHECK_S = 5.0
+"""How long "the read side does not know this conversation yet" is believed before asking again."""
 
 
 class Position(BaseModel):
@@ -185,20 +189,24 @@ def _split(text: str, events: list[dict[str, Any]], limit: int) -> list[str]:
 
 
 async def _check_owner(request: Request, ctx: ApiContext, cid: str, tenant_id: str) -> None:
-    owners: dict[str, str] = _app_state(request, "openhands_owners", dict)
-    if owners.get(cid) == tenant_id:
-        return
+    """404 when the read side names another tenant as the owner (the runner checks the log itself).
 
-    def owner() -> str | None:
-        with ctx.engine.connect() as conn:
-            query = sa.select(views_table.c.tenant_id).where(views_table.c.conversation_id == cid)
-            return conn.execute(query).scalar()  # type: ignore[no-any-return]
+    An owner never changes, so a found one is kept; "not known yet" is asked again after
+    `OWNER_RECHECK_S`, so a stream of batches costs one store query per conversation, not per batch.
+    """
+    owners: dict[str, tuple[str | None, float]] = _app_state(request, "openhands_owners", dict)
+    known = owners.get(cid)
+    if known is None or (known[0] is None and time.monotonic() - known[1] > OWNER_RECHECK_S):
 
-    found = await run_in_threadpool(owner)
-    if found is not None and found != tenant_id:
+        def owner() -> str | None:
+            with ctx.engine.connect() as conn:
+                query = sa.select(views_table.c.tenant_id).where(views_table.c.conversation_id == cid)
+                return conn.execute(query).scalar()  # type: ignore[no-any-return]
+
+        known = (await run_in_threadpool(owner), time.monotonic())
+        owners[cid] = known
+    if known[0] is not None and known[0] != tenant_id:
         raise HTTPException(404, f"no conversation {cid!r}")
-    if found is not None:
-        owners[cid] = found
 
 
 async def _store(

@@ -1,0 +1,172 @@
+"""OpenHands webhook ingest: batches of 5 events posted to one `convdb serve` process, durable before 2xx.
+
+Real pieces only: `convdb serve` (uvicorn, one process) as a child process; clients post like
+agent-servers do (each conversation one batch at a time, in order, the next after the 2xx), many
+conversations at once, from an async httpx client in this process. A 2xx means the batch is in
+the inbox topic, acknowledged by the broker (acks=all); the runner that appends it later is not
+part of this figure.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import statistics
+import sys
+import time
+import uuid
+from datetime import datetime, timedelta
+
+from bench.common import BenchContext, BenchError, Figures, drop_namespace, median
+from infra.procs import free_port, spawn, stop_group, wait_for_port
+
+API_KEY = "bench-key"
+BATCH = 5
+STREAMS = 48
+"""Conversations posting at once (an agent-server posts one batch per conversation at a time)."""
+
+FIGURES: dict[str, tuple[str, str, str]] = {
+    "ingest_events_per_s": ("OpenHands webhook ingest, batches of 5, one API process", "events/s", ">= 5k"),
+    "ingest_batches_per_s": ("OpenHands webhook ingest: batches (requests) per second", "batches/s", ""),
+    "ingest_p50_ms": ("OpenHands webhook ingest: request latency p50 (durable before 2xx)", "ms", ""),
+    "ingest_p99_ms": ("OpenHands webhook ingest: request latency p99 (durable before 2xx)", "ms", ""),
+}
+
+
+def _events(count: int, start: datetime, parent: str | None) -> list[dict[str, object]]:
+    """OpenHands-shaped events (message, action, observation; ~0.5-1 KB each), chained by parent."""
+    out: list[dict[str, object]] = []
+    for i in range(count):
+        eid = str(uuid.uuid4())
+        base = {"id": eid, "timestamp": (start + timedelta(milliseconds=i)).isoformat(), "parent_id": parent}
+        text = {"cache_prompt": False, "type": "text", "text": f"step {i}: " + "lorem ipsum " * 30}
+        if i % 3 == 0:
+            call = {
+                "id": f"call_{i}",
+                "name": "glob",
+                "arguments": json.dumps({"pattern": f"src/**/*{i}.py"}),
+                "origin": "completion",
+            }
+            event = {
+                **base,
+                "source": "agent",
+                "thought": [text],
+                "thinking_blocks": [],
+                "action": {"pattern": f"src/**/*{i}.py", "kind": "GlobAction"},
+                "tool_name": "glob",
+                "tool_call_id": f"call_{i}",
+                "tool_call": call,
+                "llm_response_id": f"resp-{i}",
+                "security_risk": "UNKNOWN",
+                "kind": "ActionEvent",
+            }
+        elif i % 3 == 1:
+            event = {
+                **base,
+                "source": "environment",
+                "tool_name": "glob",
+                "tool_call_id": f"call_{i - 1}",
+                "observation": {
+                    "content": [text],
+                    "is_error": False,
+                    "files": [f"src/a{i}.py"],
+                    "kind": "GlobObservation",
+                },
+                "action_id": out[-1]["id"],
+                "extended_content": [],
+                "kind": "ObservationEvent",
+            }
+        else:
+            event = {
+                **base,
+                "source": "agent",
+                "llm_message": {"role": "assistant", "content": [text], "thinking_blocks": []},
+                "activated_skills": [],
+                "extended_content": [],
+                "kind": "MessageEvent",
+            }
+        out.append(event)
+        parent = eid
+    return out
+
+
+def _bodies(batches: int) -> list[tuple[str, list[bytes]]]:
+    """Per conversation: its id (hex) and its batch bodies, prepared before the clock starts."""
+    start = datetime(2026, 5, 1, 12, 0)
+    out = []
+    for _ in range(STREAMS):
+        events = _events(batches * BATCH, start, None)
+        bodies = [json.dumps(events[i : i + BATCH]).encode() for i in range(0, len(events), BATCH)]
+        out.append((uuid.uuid4().hex, bodies))
+    return out
+
+
+async def _stream(port: int, cid: str, bodies: list[bytes], latencies: list[float]) -> None:
+    """One conversation's batches over one keep-alive connection, each after the previous 2xx.
+
+    A minimal HTTP/1.1 client: httpx's own per-request cost on the shared 2 cores would be
+    measured instead of the API's.
+    """
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    head = f"POST /openhands/webhooks/events/{cid} HTTP/1.1\r\nHost: bench\r\nX-API-Key: {API_KEY}\r\n"
+    try:
+        for body in bodies:
+            sent = time.perf_counter()
+            writer.write(
+                f"{head}Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n".encode() + body
+            )
+            await writer.drain()
+            status = await reader.readline()
+            length = 0
+            while (line := await reader.readline()) not in (b"\r\n", b""):
+                if line.lower().startswith(b"content-length:"):
+                    length = int(line.split(b":", 1)[1])
+            answer = await reader.readexactly(length)
+            if b" 200 " not in status:
+                raise BenchError(f"webhook answered {status.decode().strip()}: {answer[:300]!r}")
+            latencies.append(time.perf_counter() - sent)
+    finally:
+        writer.close()
+
+
+async def _post_all(port: int, work: list[tuple[str, list[bytes]]]) -> tuple[float, list[float]]:
+    latencies: list[float] = []
+    started = time.perf_counter()
+    await asyncio.gather(*(_stream(port, cid, bodies, latencies) for cid, bodies in work))
+    return time.perf_counter() - started, latencies
+
+
+def run(ctx: BenchContext) -> Figures:
+    """Median events/s and latencies over `ctx.repeats` runs against one API process."""
+    settings = ctx.fresh("ingest")
+    settings = settings.model_copy(
+        update={
+            "store_url": f"sqlite:///{(settings.data_dir / 'store.db').resolve()}",
+            "api": settings.api.model_copy(update={"keys": {API_KEY: "bench"}}),
+        }
+    )
+    settings.data_dir.mkdir(parents=True, exist_ok=True)
+    port, log = free_port(), settings.data_dir / "serve.log"
+    server = spawn(
+        [sys.executable, "-m", "infra.cli.main", "serve", "--port", str(port)], log, settings.to_env()
+    )
+    runs: dict[str, list[float]] = {k: [] for k in FIGURES}
+    try:
+        wait_for_port(server, port, 60, "convdb serve", log)
+        asyncio.run(_post_all(port, _bodies(2)))  # warm-up: connections, producer, code paths
+        batches = ctx.pick(60, 300)
+        for _ in range(ctx.repeats):
+            seconds, latencies = asyncio.run(_post_all(port, _bodies(batches)))
+            requests = len(latencies)
+            runs["ingest_events_per_s"].append(requests * BATCH / seconds)
+            runs["ingest_batches_per_s"].append(requests / seconds)
+            runs["ingest_p50_ms"].append(statistics.median(latencies) * 1000)
+            runs["ingest_p99_ms"].append(statistics.quantiles(latencies, n=100)[98] * 1000)
+    finally:
+        stop_group(server.pid)
+        drop_namespace(settings)
+    ctx.notes.append(
+        f"ingest: {STREAMS} conversations posting batches of {BATCH} at once (keep-alive HTTP/1.1, one "
+        "client process) on the same 2 cores as the API process and the broker"
+    )
+    return {key: median(values) for key, values in runs.items()}
