@@ -191,11 +191,11 @@ def _split(text: str, events: list[dict[str, Any]], limit: int) -> list[str]:
 async def _check_owner(request: Request, ctx: ApiContext, cid: str, tenant_id: str) -> None:
     """404 when the read side names another tenant as the owner (the runner checks the log itself).
 
-    An owner never changes, so a found one is kept; "not known yet" is asked again after
+    An owner never changes, so a found one is kept; "not known yet" is believed for this tenant for
     `OWNER_RECHECK_S`, so a stream of batches costs one store query per conversation, not per batch.
     """
-    owners: dict[str, tuple[str | None, float]] = _app_state(request, "openhands_owners", dict)
-    known = owners.get(cid)
+    owners: dict[tuple[str, str], tuple[str | None, float]] = _app_state(request, "openhands_owners", dict)
+    known = owners.get((cid, tenant_id))
     if known is None or (known[0] is None and time.monotonic() - known[1] > OWNER_RECHECK_S):
 
         def owner() -> str | None:
@@ -204,7 +204,7 @@ async def _check_owner(request: Request, ctx: ApiContext, cid: str, tenant_id: s
                 return conn.execute(query).scalar()  # type: ignore[no-any-return]
 
         known = (await run_in_threadpool(owner), time.monotonic())
-        owners[cid] = known
+        owners[(cid, tenant_id)] = known
     if known[0] is not None and known[0] != tenant_id:
         raise HTTPException(404, f"no conversation {cid!r}")
 
