@@ -62,48 +62,89 @@ class OpenHandsConversation(NamedTuple):
 
 def export(conversation_id: str, events: Iterable[Event]) -> OpenHandsConversation:
     """The OpenHands form of a conversation's events (log order)."""
-    folded: list[Event] = list(events)
-    out: list[dict[str, Any]] = []
-    extra: list[dict[str, Any]] = []
-    base: dict[str, Any] | None = None
-    meta: dict[str, Any] | None = None
-    info: dict[str, Any] | None = None
-    for event in folded:
+    out = _Exporter(conversation_id, [e for e in events if e.conversation_id == conversation_id])
+    for event in out.events:
         marks = json.loads(event.extension).get(ORIGIN) if event.extension else None
         if marks is None:
-            if event.kind in EXPORTED_KINDS:
-                out.append(rebuild(event))
-            continue
-        if "derived_from" in marks:
-            continue
-        if "record" in marks:
-            record, kind = marks["record"], marks.get("as")
-            if kind == "base_state":
-                base = dict(record)
-            elif kind == "meta":
-                meta = record
-            else:
-                info = record
-                extra.append({"conversation_info": record})
-            continue
-        oh = apply(rebuild(event), marks.get("patch", {}))
+            out.native(event)
+        elif "record" in marks:
+            out.record(marks["record"], marks.get("as"))
+        elif "derived_from" not in marks:
+            out.foreign(apply(rebuild(event), marks.get("patch", {})))
+    return out.result()
+
+
+_NODE_KINDS = frozenset(EXPORTED_KINDS - {"state_update"})
+"""convdb kinds exported as OpenHands tree nodes (a state update is not one there)."""
+
+
+class _Exporter:
+    """Collects one conversation's OpenHands files while its events are read in order."""
+
+    def __init__(self, conversation_id: str, events: list[Event]) -> None:
+        self.conversation_id = conversation_id
+        self.events = events
+        self.by_id = {e.id: e for e in events}
+        self.out: list[dict[str, Any]] = []
+        self.extra: list[dict[str, Any]] = []
+        self.base: dict[str, Any] | None = None
+        self.meta: dict[str, Any] | None = None
+        self.info: dict[str, Any] | None = None
+
+    def native(self, event: Event) -> None:
+        """An event convdb made: its OpenHands kind, hung under the nearest exported node."""
+        if event.kind not in EXPORTED_KINDS:
+            return
+        oh = rebuild(event)
+        oh.pop("parent_id", None)
+        parent = self.node_at_or_above(event.parent_id)
+        if parent is not None:
+            oh["parent_id"] = parent
+        self.out.append(oh)
+
+    def node_at_or_above(self, event_id: str | None) -> str | None:
+        """`event_id` if it is exported as a node, else its nearest such ancestor (usage records,
+        titles and status changes are tree nodes in convdb, not in OpenHands)."""
+        while event_id is not None:
+            event = self.by_id.get(event_id)
+            if event is None or event.extension is not None or event.kind in _NODE_KINDS:
+                return event_id if event is not None else None
+            event_id = None if event.kind == "fork" else event.parent_id
+        return None
+
+    def record(self, record: dict[str, Any], kind: str | None) -> None:
+        if kind == "base_state":
+            self.base = dict(record)
+        elif kind == "meta":
+            self.meta = record
+        else:
+            self.info = record
+            self.extra.append({"conversation_info": record})
+
+    def foreign(self, oh: dict[str, Any]) -> None:
+        """An OpenHands event, given back as it came (state snapshots also update base_state)."""
         if oh.get("kind") == STATE_UPDATE and oh.get("key") == "full_state":
-            extra.append({"full_state": oh})
-            base = dict(oh["value"]) if isinstance(oh.get("value"), dict) else base
-            continue
-        if oh.get("kind") == STATE_UPDATE and base is not None and oh.get("key") in STATE_FIELDS:
-            base[oh["key"]] = oh.get("value")
-        out.append(oh)
-    if base is None:
-        base = _from_info(info) if info is not None else _synthesized(conversation_id, folded)
-    leaf = fold_all(
-        initial(conversation_id), [e for e in folded if e.conversation_id == conversation_id]
-    ).active_leaf
-    if leaf is not None and not base.get("head_is_empty"):
-        # OpenHands does not send its leaf with the events; every node appended became it, and
-        # convdb's active leaf follows the same rule (and the leaves of imported states).
-        base["leaf_event_id"] = leaf
-    return OpenHandsConversation(conversation_id, base, out, meta, extra)
+            self.extra.append({"full_state": oh})
+            self.base = dict(oh["value"]) if isinstance(oh.get("value"), dict) else self.base
+            return
+        if oh.get("kind") == STATE_UPDATE and self.base is not None and oh.get("key") in STATE_FIELDS:
+            self.base[oh["key"]] = oh.get("value")
+        self.out.append(oh)
+
+    def result(self) -> OpenHandsConversation:
+        base = self.base
+        if base is None:
+            base = (
+                _from_info(self.info)
+                if self.info is not None
+                else _synthesized(self.conversation_id, self.events)
+            )
+        leaf = self.node_at_or_above(fold_all(initial(self.conversation_id), self.events).active_leaf)
+        if leaf is not None and not base.get("head_is_empty"):
+            # OpenHands does not send its leaf with the events; every node appended became it, and
+            # convdb's active leaf follows the same rule (and the leaves of imported states).
+            base["leaf_event_id"] = leaf
+        return OpenHandsConversation(self.conversation_id, base, self.out, self.meta, self.extra)
 
 
 def _from_info(info: dict[str, Any]) -> dict[str, Any]:
@@ -112,7 +153,6 @@ def _from_info(info: dict[str, Any]) -> dict[str, Any]:
 
 def _synthesized(conversation_id: str, events: list[Event]) -> dict[str, Any]:
     """A base_state for a conversation convdb ran: enough for the SDK to load it."""
-    view = fold_all(initial(conversation_id), [e for e in events if e.conversation_id == conversation_id])
     status = next((e.execution_status for e in reversed(events) if e.kind == "state_update"), "idle")
     usage = [e for e in events if isinstance(e, LLMUsageEvent)]
     model = usage[-1].model if usage else "convdb/scripted"
@@ -126,7 +166,6 @@ def _synthesized(conversation_id: str, events: list[Event]) -> dict[str, Any]:
         },
         "workspace": {"kind": "LocalWorkspace", "working_dir": "workspace"},
         "execution_status": status if status != "waiting_for_human" else "paused",
-        "leaf_event_id": view.active_leaf,
         "stats": {"usage_to_metrics": {"agent": _metrics(model, usage)}}
         if usage
         else {"usage_to_metrics": {}},

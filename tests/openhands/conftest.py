@@ -148,6 +148,18 @@ class Convdb:
             ready, timeout, f"conversation {cid} with {events} events in the read side", [self.runner]
         )  # type: ignore[no-any-return]
 
+    def stopped(self, cid: str, timeout: float = 120) -> dict[str, Any]:
+        """The conversation's summary once the read side shows it in a stop state."""
+
+        def ready() -> dict[str, Any] | None:
+            try:
+                found = self.get(f"/conversations/{cid}")
+            except httpx.HTTPStatusError:
+                return None
+            return found if found["execution_status"] in ("finished", "error", "stuck", "paused") else None
+
+        return wait_for(ready, timeout, f"conversation {cid} to stop", [self.runner])  # type: ignore[no-any-return]
+
     def runner_caught_up(self, timeout: float = 90) -> None:
         """Wait until the runner committed every inbox record written so far."""
         topic = INBOX.name(self.settings.namespace)

@@ -7,9 +7,10 @@ import shutil
 import uuid
 from pathlib import Path
 
+import httpx
 import pytest
 
-from tests.openhands.conftest import Convdb, assert_same_in_sdk, run_openhands
+from tests.openhands.conftest import KEY, Convdb, assert_same_in_sdk, run_openhands
 
 pytestmark = [pytest.mark.kafka, pytest.mark.openhands]
 
@@ -56,3 +57,32 @@ def test_import_then_export_loads_the_same_in_the_sdk(
     )
     convdb.runner_caught_up()
     assert {cid: convdb.get(f"/conversations/{cid}")["events"] for cid in written.values()} == before
+
+
+def test_a_conversation_convdb_ran_exports_to_a_directory_the_sdk_loads(
+    convdb: Convdb, openhands_python: Path, tmp_path: Path
+) -> None:
+    cid = str(uuid.uuid4())
+    sent = httpx.post(
+        f"{convdb.base}/conversations/{cid}/messages",
+        headers={"X-API-Key": KEY},
+        json={"content": "Read notes.txt"},
+        timeout=30,
+    )
+    assert sent.status_code == 202
+    convdb.stopped(cid)
+    events = convdb.get(f"/conversations/{cid}/view")["events"]
+    convdb.cli("export", cid, "--format", "openhands", str(tmp_path / "out"))
+    (loaded,) = run_openhands(openhands_python, "load", str(tmp_path / "out" / uuid.UUID(cid).hex))
+    kinds = {
+        "system_prompt": "SystemPromptEvent",
+        "message": "MessageEvent",
+        "action": "ActionEvent",
+        "observation": "ObservationEvent",
+        "agent_error": "AgentErrorEvent",
+    }
+    on_branch = [(e["id"], kinds[e["kind"]]) for e in events if e["kind"] in kinds]
+    assert [
+        (e["id"], e["kind"]) for e in loaded["events"] if e["kind"] != "ConversationStateUpdateEvent"
+    ] == on_branch
+    assert loaded["view"] == [e for e, _ in on_branch]
