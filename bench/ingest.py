@@ -33,59 +33,71 @@ FIGURES: dict[str, tuple[str, str, str]] = {
 }
 
 
+def _action(i: int, text: dict[str, object]) -> dict[str, object]:
+    pattern = f"src/**/*{i}.py"
+    call = {
+        "id": f"call_{i}",
+        "name": "glob",
+        "arguments": json.dumps({"pattern": pattern}),
+        "origin": "completion",
+    }
+    return {
+        "source": "agent",
+        "thought": [text],
+        "thinking_blocks": [],
+        "action": {"pattern": pattern, "kind": "GlobAction"},
+        "tool_name": "glob",
+        "tool_call_id": f"call_{i}",
+        "tool_call": call,
+        "llm_response_id": f"resp-{i}",
+        "security_risk": "UNKNOWN",
+        "kind": "ActionEvent",
+    }
+
+
+def _observation(i: int, text: dict[str, object], action_id: object) -> dict[str, object]:
+    return {
+        "source": "environment",
+        "tool_name": "glob",
+        "tool_call_id": f"call_{i - 1}",
+        "observation": {
+            "content": [text],
+            "is_error": False,
+            "files": [f"src/a{i}.py"],
+            "kind": "GlobObservation",
+        },
+        "action_id": action_id,
+        "extended_content": [],
+        "kind": "ObservationEvent",
+    }
+
+
+def _message(text: dict[str, object]) -> dict[str, object]:
+    return {
+        "source": "agent",
+        "llm_message": {"role": "assistant", "content": [text], "thinking_blocks": []},
+        "activated_skills": [],
+        "extended_content": [],
+        "kind": "MessageEvent",
+    }
+
+
 def _events(count: int, start: datetime, parent: str | None) -> list[dict[str, object]]:
-    """OpenHands-shaped events (message, action, observation; ~0.5-1 KB each), chained by parent."""
+    """OpenHands-shaped events (action, observation, message; ~0.5-1 KB each), chained by parent."""
     out: list[dict[str, object]] = []
     for i in range(count):
         eid = str(uuid.uuid4())
         base = {"id": eid, "timestamp": (start + timedelta(milliseconds=i)).isoformat(), "parent_id": parent}
         text = {"cache_prompt": False, "type": "text", "text": f"step {i}: " + "lorem ipsum " * 30}
-        if i % 3 == 0:
-            call = {
-                "id": f"call_{i}",
-                "name": "glob",
-                "arguments": json.dumps({"pattern": f"src/**/*{i}.py"}),
-                "origin": "completion",
-            }
-            event = {
-                **base,
-                "source": "agent",
-                "thought": [text],
-                "thinking_blocks": [],
-                "action": {"pattern": f"src/**/*{i}.py", "kind": "GlobAction"},
-                "tool_name": "glob",
-                "tool_call_id": f"call_{i}",
-                "tool_call": call,
-                "llm_response_id": f"resp-{i}",
-                "security_risk": "UNKNOWN",
-                "kind": "ActionEvent",
-            }
-        elif i % 3 == 1:
-            event = {
-                **base,
-                "source": "environment",
-                "tool_name": "glob",
-                "tool_call_id": f"call_{i - 1}",
-                "observation": {
-                    "content": [text],
-                    "is_error": False,
-                    "files": [f"src/a{i}.py"],
-                    "kind": "GlobObservation",
-                },
-                "action_id": out[-1]["id"],
-                "extended_content": [],
-                "kind": "ObservationEvent",
-            }
-        else:
-            event = {
-                **base,
-                "source": "agent",
-                "llm_message": {"role": "assistant", "content": [text], "thinking_blocks": []},
-                "activated_skills": [],
-                "extended_content": [],
-                "kind": "MessageEvent",
-            }
-        out.append(event)
+        kind = i % 3
+        body = (
+            _action(i, text)
+            if kind == 0
+            else _observation(i, text, out[-1]["id"])
+            if kind == 1
+            else _message(text)
+        )
+        out.append({**base, **body})
         parent = eid
     return out
 

@@ -99,24 +99,13 @@ def _conversation(root: Path, workspace: Path, **kwargs: Any) -> Any:
     )
 
 
-def write(root: Path) -> dict[str, Any]:
-    """SDK-written conversations covering every kind the bridge maps; their ids by scenario."""
-    workspace = root.parent / "workspace"
-    workspace.mkdir(parents=True, exist_ok=True)
-    (workspace / "notes.txt").write_text("hello\n")
-    ids: dict[str, str] = {}
-
-    # Messages, parallel tool calls, a tool error (unknown tool), a condensation, finish.
+def _main(root: Path, workspace: Path) -> Any:
+    """Messages, parallel tool calls, a tool error (unknown tool), a condensation, finish."""
     conv = _conversation(root, workspace, condenser=True)
+    plan = {"command": "plan", "task_list": [{"title": "read", "status": "todo"}]}
     SCRIPT.extend(
         [
-            reply(
-                "Let me look around.",
-                [
-                    ("glob", {"pattern": "*.txt"}),
-                    ("task_tracker", {"command": "plan", "task_list": [{"title": "read", "status": "todo"}]}),
-                ],
-            ),
+            reply("Let me look around.", [("glob", {"pattern": "*.txt"}), ("task_tracker", plan)]),
             reply(None, [("no_such_tool", {"x": 1})]),
             reply("The notes say hello."),
         ]
@@ -128,21 +117,25 @@ def write(root: Path) -> dict[str, Any]:
     SCRIPT.extend([reply(None, [("finish", {"message": "Done: the notes say hello."})])])
     conv.send_message("Thanks, finish up.")
     conv.run()
-    ids["main"] = str(conv.id)
+    return conv
 
-    # A fork of it, continued on its own; a branch inside it (navigate back, new message).
+
+def _fork_and_branch(conv: Any) -> Any:
+    """A fork of `conv` continued on its own; then a branch inside `conv` (navigate back, new message)."""
     fork = conv.fork()
     SCRIPT.extend([reply("Forked and still here.")])
     fork.send_message("Are you the fork?")
     fork.run()
-    ids["fork"] = str(fork.id)
     first_user = next(e for e in conv.state.events if type(e).__name__ == "MessageEvent")
     conv.navigate_to(first_user.id)
     SCRIPT.extend([reply("Taking another branch.")])
     conv.send_message("Try another way.")
     conv.run()
+    return fork
 
-    # Confirmation mode: an action rejected by the user, then paused.
+
+def _paused(root: Path, workspace: Path) -> Any:
+    """Confirmation mode: an action rejected by the user, then paused."""
     paused = _conversation(root, workspace)
     paused.set_confirmation_policy(AlwaysConfirm())
     SCRIPT.extend([reply("I will list files.", [("glob", {"pattern": "**/*"})])])
@@ -150,8 +143,18 @@ def write(root: Path) -> dict[str, Any]:
     paused.run()
     paused.reject_pending_actions("Not now.")
     paused.pause()
-    ids["paused"] = str(paused.id)
-    return ids
+    return paused
+
+
+def write(root: Path) -> dict[str, Any]:
+    """SDK-written conversations covering every kind the bridge maps; their ids by scenario."""
+    workspace = root.parent / "workspace"
+    workspace.mkdir(parents=True, exist_ok=True)
+    (workspace / "notes.txt").write_text("hello\n")
+    main = _main(root, workspace)
+    fork = _fork_and_branch(main)
+    paused = _paused(root, workspace)
+    return {"main": str(main.id), "fork": str(fork.id), "paused": str(paused.id)}
 
 
 def _dumped(event: Any) -> dict[str, Any]:
