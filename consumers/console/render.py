@@ -44,6 +44,7 @@ KIND_LABELS = {
     "fork": "Fork",
     "active_leaf_changed": "Branch switch",
     "title": "Title",
+    "external": "Foreign record",
 }
 """How the timeline names each event kind."""
 
