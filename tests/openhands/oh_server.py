@@ -33,7 +33,10 @@ async def serve(spec: dict[str, Any], script: deque[Any], reply: Callable[..., A
         base_url=spec["url"],
         headers=spec["headers"],
         event_buffer_size=spec.get("buffer", 5),
-        flush_delay=0.2,
+        # Full batches go out from the publishing task; a timer flush can be cancelled mid-retry
+        # when the service closes (the agent-server then drops that batch), which would hide the
+        # retry this test forces.
+        flush_delay=30.0,
         num_retries=5,
         retry_delay=0,
     )
