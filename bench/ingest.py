@@ -17,8 +17,14 @@ import time
 import uuid
 from datetime import datetime, timedelta
 
+from confluent_kafka import Consumer, TopicPartition
+
 from bench.common import BenchContext, BenchError, Figures, drop_namespace, median
+from infra.kafka import common_config
 from infra.procs import free_port, spawn, stop_group, wait_for_port
+from infra.reader import partition_extents
+from infra.settings import Settings
+from schemas.topics import INBOX
 
 API_KEY = "bench-key"
 BATCH = 5
@@ -30,6 +36,11 @@ FIGURES: dict[str, tuple[str, str, str]] = {
     "ingest_batches_per_s": ("OpenHands webhook ingest: batches (requests) per second", "batches/s", ""),
     "ingest_p50_ms": ("OpenHands webhook ingest: request latency p50 (durable before 2xx)", "ms", ""),
     "ingest_p99_ms": ("OpenHands webhook ingest: request latency p99 (durable before 2xx)", "ms", ""),
+    "ingest_appended_per_s": (
+        "the inbox backlog appended to the event log by one runner (mapping, dedupe, transactions)",
+        "events/s",
+        "",
+    ),
 }
 
 
@@ -148,6 +159,38 @@ async def _post_all(port: int, work: list[tuple[str, list[bytes]]]) -> tuple[flo
     return time.perf_counter() - started, latencies
 
 
+def _append_backlog(settings: Settings) -> float:
+    """Seconds one runner takes from its partition assignment until it committed the whole inbox."""
+    topic = INBOX.name(settings.namespace)
+    ends = {p: high for p, (_, high) in partition_extents(settings, topic).items()}
+    log = settings.data_dir / "runner.log"
+    env = direct_scripted(settings).to_env()
+    runner = spawn([sys.executable, "-m", "producers.fleet", "--workspace", str(settings.data_dir)], log, env)
+    consumer = Consumer({**common_config(settings), "group.id": settings.group("runner")})
+    try:
+        deadline = time.monotonic() + 60
+        while '"event": "assigned"' not in (log.read_text() if log.exists() else ""):
+            if time.monotonic() > deadline or runner.poll() is not None:
+                raise BenchError(f"the runner did not start: {log.read_text()[-2000:]}")
+            time.sleep(0.02)
+        started, deadline = time.perf_counter(), time.monotonic() + 600
+        while True:
+            committed = consumer.committed([TopicPartition(topic, p) for p in ends], timeout=10)
+            if all(tp.offset >= ends[tp.partition] for tp in committed):
+                return time.perf_counter() - started
+            if time.monotonic() > deadline:
+                raise BenchError(f"the runner did not append the backlog: {log.read_text()[-2000:]}")
+            time.sleep(0.05)
+    finally:
+        consumer.close()
+        stop_group(runner.pid)
+
+
+def direct_scripted(settings: Settings) -> Settings:
+    """Settings whose scripted model runs without litellm (the runner never calls it here)."""
+    return settings.model_copy(update={"llm": settings.llm.model_copy(update={"scripted_backend": "direct"})})
+
+
 def run(ctx: BenchContext) -> Figures:
     """Median events/s and latencies over `ctx.repeats` runs against one API process."""
     settings = ctx.fresh("ingest")
@@ -174,6 +217,9 @@ def run(ctx: BenchContext) -> Figures:
             runs["ingest_batches_per_s"].append(requests / seconds)
             runs["ingest_p50_ms"].append(statistics.median(latencies) * 1000)
             runs["ingest_p99_ms"].append(statistics.quantiles(latencies, n=100)[98] * 1000)
+        stop_group(server.pid)
+        posted = (2 + batches * ctx.repeats) * STREAMS * BATCH
+        runs["ingest_appended_per_s"].append(posted / _append_backlog(settings))
     finally:
         stop_group(server.pid)
         drop_namespace(settings)
