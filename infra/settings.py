@@ -259,6 +259,11 @@ class OpenHandsSettings(Section):
         description="Largest inbox record: a batch is split into records under this size, and one event "
         "larger than this is refused (Kafka's default message limit is 1 MB).",
     )
+    max_waiting: int = Field(
+        1000,
+        description="Webhook posts of one API process waiting for the broker at once; beyond, 503 (the "
+        "agent-server retries): a slow or absent broker never piles up request bodies.",
+    )
     fault_lost_responses: int = Field(
         0,
         description="Fault injection for tests only: answer 503 to this many event batches after they "

@@ -21,9 +21,11 @@ from infra.settings import Settings
 class AsyncAcks:
     """One shared idempotent producer whose `send` returns once every record is durable."""
 
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: Settings, timeout_s: float, max_waiting: int) -> None:
         self.producer = make_producer(settings)
-        self.timeout = settings.kafka.delivery_timeout_s + 5.0
+        self.timeout = timeout_s
+        self.max_waiting = max_waiting
+        self.waiting = 0
         self._stop = threading.Event()
         self._poller = threading.Thread(target=self._poll, name="convdb-acks", daemon=True)
         self._poller.start()
@@ -36,8 +38,19 @@ class AsyncAcks:
         """Produce `(key, value)` records; (partition, offset) of each once all are acknowledged.
 
         Raises:
-            PublishError: a record was refused, or not acknowledged within the delivery timeout.
+            PublishError: a record was refused, not acknowledged within the timeout, or too many
+                posts are already waiting for the broker.
         """
+        if self.waiting >= self.max_waiting:
+            # The broker is slow or down: fail fast instead of holding ever more bodies in memory.
+            raise PublishError(f"{self.waiting} posts are already waiting for the broker")
+        self.waiting += 1
+        try:
+            return await self._send(topic, records)
+        finally:
+            self.waiting -= 1
+
+    async def _send(self, topic: str, records: list[tuple[str, bytes]]) -> list[tuple[int, int]]:
         loop = asyncio.get_running_loop()
         futures: list[asyncio.Future[tuple[int, int]]] = []
         for key, value in records:

@@ -126,16 +126,9 @@ def _app_state(request: Request, name: str, make: Callable[[], Any]) -> Any:
 
 
 def _tenant(request: Request, ctx: ApiContext) -> str:
+    """The tenant of the convdb key in the configured header (throttled like every API key check)."""
     header = ctx.settings.openhands.key_header
-    key = request.headers.get(header)
-    if not key:
-        raise HTTPException(
-            401, f"missing {header} header: put the convdb API key in the agent-server's webhook headers"
-        )
-    tenant_id = ctx.settings.api.keys.get(key)
-    if tenant_id is None:
-        raise HTTPException(401, f"unknown API key in {header}")
-    return tenant_id
+    return ctx.authenticate(request, request.headers.get(header), header)
 
 
 def _conversation(raw: str) -> str:
@@ -231,7 +224,13 @@ async def _store(
         )
         for payload in payloads
     ]
-    acks: AsyncAcks = _app_state(request, "openhands_acks", lambda: AsyncAcks(ctx.settings))
+    acks: AsyncAcks = _app_state(
+        request,
+        "openhands_acks",
+        lambda: AsyncAcks(
+            ctx.settings, ctx.settings.api.publish_timeout_s, ctx.settings.openhands.max_waiting
+        ),
+    )
     try:
         landed = await acks.send(topic, records)
     except PublishError as exc:

@@ -9,17 +9,13 @@ from __future__ import annotations
 
 import hashlib
 import json
-import re
 import uuid
 from datetime import UTC, datetime
 from typing import Any
 
 from projections.errors import ForeignRecordError
+from schemas.validation import id_problem, shown
 
-MAX_ID_LENGTH = 200
-"""Longest event id convdb stores (the stores' id columns)."""
-
-_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 _NAMESPACE = uuid.UUID("7f1d0c4e-6a55-4d2b-9a51-0e3f6c1b8a20")
 """uuid5 namespace of the ids convdb derives from OpenHands records (stable across runs)."""
 
@@ -51,14 +47,11 @@ def _name(kind: type | tuple[type, ...]) -> str:
 
 
 def event_id(value: Any, where: str, what: str = "id") -> str:
-    """A valid event id: text of 1..200 characters without control characters."""
-    if not isinstance(value, str) or not value:
-        raise ForeignRecordError(f"{where}: `{what}` must be a non-empty string")
-    if len(value) > MAX_ID_LENGTH or _CONTROL.search(value):
-        raise ForeignRecordError(
-            f"{where}: `{what}` must be at most {MAX_ID_LENGTH} characters without control characters"
-        )
-    return value
+    """A valid event id (the identifier rule of `schemas.validation`)."""
+    problem = id_problem(value)
+    if problem is not None:
+        raise ForeignRecordError(f"{where}: `{what}` {shown(value)} {problem}")
+    return value  # type: ignore[no-any-return]
 
 
 def parse_timestamp(value: Any, where: str) -> datetime:

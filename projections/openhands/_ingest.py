@@ -42,6 +42,7 @@ from schemas.events import (
     StateUpdateEvent,
     TitleEvent,
 )
+from schemas.validation import clean_text
 
 TITLE_LIMIT = 200
 """Longest title kept in a derived TitleEvent (the stores' title column)."""
@@ -84,7 +85,12 @@ class _Appender:
         return self.state.view.conversation_id
 
     def build(self, cls: type[EventEnvelope], chain: bool, **fields: Any) -> Event:
-        """The next event of the conversation (not yet appended)."""
+        """The next event of the conversation (not yet appended).
+
+        Texts lose NUL characters (stores cannot hold them); the patch in `extension` keeps the
+        original, so export still gives it back.
+        """
+        fields = {k: _cleaned(v) for k, v in fields.items()}
         try:
             return cls(  # type: ignore[return-value]
                 conversation_id=self.cid,
@@ -264,3 +270,11 @@ class _Appender:
 
 
 _STATUSES = frozenset(get_args(ExecutionStatus))
+
+
+def _cleaned(value: Any) -> Any:
+    if isinstance(value, str):
+        return clean_text(value)
+    if isinstance(value, tuple):
+        return tuple(clean_text(v) if isinstance(v, str) else v for v in value)
+    return value

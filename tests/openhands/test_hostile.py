@@ -153,6 +153,9 @@ def test_other_tenants_and_user_messages_cannot_touch_an_openhands_conversation(
         m for m in read_topic(convdb.settings, DLQ.name(convdb.settings.namespace)) if m.key() == cid.encode()
     ]
     reasons = [dict(m.headers())[ERROR_MESSAGE].decode() for m in letters]
-    assert [dict(m.headers())[ERROR_CLASS] for m in letters] == [b"RecordRefusedError"] * 2
+    assert [dict(m.headers())[ERROR_CLASS] for m in letters] == [
+        b"TenantMismatchError",
+        b"RecordRefusedError",
+    ]
     assert "belongs to another tenant" in reasons[0] and "runs in OpenHands" in reasons[1]
     assert wait_for(lambda: convdb.get(f"/conversations/{cid}")["events"] == len(SAMPLE), 10, "no new event")

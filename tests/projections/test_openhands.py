@@ -171,15 +171,24 @@ def test_records_are_kept_and_give_title_status_leaf_and_per_call_usage() -> Non
     assert conversation.events == [clean(e) for e in SAMPLE]
 
 
+def test_nul_characters_are_kept_out_of_convdb_fields_and_given_back_on_export() -> None:
+    observation = json.loads(json.dumps(SAMPLE[3]))
+    observation["observation"]["content"][0]["text"] = "bin\x00ary"
+    _, out = run([check_events([*SAMPLE[:3], observation])])
+    assert out[-1].content == "bin\ufffdary"
+    assert export(CID, out).events[-1] == clean(observation)
+
+
 @pytest.mark.parametrize(
     ("batch", "message"),
     [
         ({"id": "x"}, "JSON array"),
         ([], "no events"),
         ([{"id": "a", "kind": "EvilEvent"}], "unknown event kind 'EvilEvent'"),
-        ([{"kind": "PauseEvent", "timestamp": "2026-01-01T00:00:00", "source": "user"}], "`id` must be"),
-        ([{"id": "a" * 201, "kind": "PauseEvent"}], "at most 200 characters"),
-        ([{"id": "a\x00b", "kind": "PauseEvent"}], "control characters"),
+        ([{"kind": "PauseEvent", "timestamp": "2026-01-01T00:00:00", "source": "user"}], "must be text"),
+        ([{"id": "a" * 201, "kind": "PauseEvent"}], "at most 200 are allowed"),
+        ([{"id": "a\x00b", "kind": "PauseEvent"}], "control, format or separator character"),
+        ([{"id": "a\u200bb", "kind": "PauseEvent"}], "control, format or separator character"),
         ([{"id": "p1", "kind": "PauseEvent", "timestamp": "yesterday", "source": "user"}], "not ISO 8601"),
         (
             [{"id": "p1", "kind": "PauseEvent", "timestamp": "2026-01-01T00:00:00", "source": "llm"}],
@@ -196,11 +205,11 @@ def test_records_are_kept_and_give_title_status_leaf_and_per_call_usage() -> Non
         (
             [
                 {
-                    "id": "p1",
-                    "kind": "PauseEvent",
+                    "id": "m1",
+                    "kind": "MessageEvent",
                     "timestamp": "2026-01-01T00:00:00",
                     "source": "user",
-                    "parent_id": "\ud800",
+                    "llm_message": {"role": "user", "content": [{"type": "text", "text": "a\ud800"}]},
                 }
             ],
             "lone surrogate",
