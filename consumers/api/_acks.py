@@ -13,6 +13,7 @@ from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException, Message
 
+from infra import tracing
 from infra.errors import PublishError
 from infra.kafka import make_producer
 from infra.settings import Settings
@@ -60,7 +61,9 @@ class AsyncAcks:
                 loop.call_soon_threadsafe(_settle, future, err, msg.partition(), msg.offset())
 
             try:
-                self.producer.produce(topic, value, key, on_delivery=delivered)
+                # Every record convdb writes continues the current trace (the webhook request's).
+                headers = tracing.inject(None)
+                self.producer.produce(topic, value, key, headers=headers, on_delivery=delivered)
             except (BufferError, KafkaException) as exc:
                 raise PublishError(f"{topic} key={key}: not queued: {exc}") from exc
             futures.append(future)
