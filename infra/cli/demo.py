@@ -1,4 +1,8 @@
-"""`convdb demo`: scripted conversations with real side effects, end to end, then a summary.
+"""`convdb demo`: scripted conversations with real side effects, end to end, then their story.
+
+Act 1 runs the tasks; act 2 kills a runner in the middle of a side effect and lets another
+resume the conversation (`_demo_crash`); the story is read back through the console's query
+API (`_demo_story`). `--json` prints the summary instead; `--keep` leaves it all running.
 
 The tasks go to the inbox; fleet runners run them: one in this process (`--runners 1`, the
 default) or N runner processes.
@@ -11,7 +15,6 @@ projections by appending a section.
 from __future__ import annotations
 
 import argparse
-import json
 import time
 import uuid
 from collections import Counter
@@ -22,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from infra.cli._common import bounded, load_settings
+from infra.cli._demo_crash import announce, console_server, finish
 from infra.cli._demo_read import archive_proof, demo_settings, read_through_api, services
 from infra.cli.run import broker_for, send_task
 from infra.reader import read_topic
@@ -45,6 +49,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
         "--conversations", type=bounded(1, 10_000), default=3, metavar="N", help="how many (default 3)"
     )
     p.add_argument("--json", action="store_true", help="print the summary as one JSON object")
+    p.add_argument("--keep", action="store_true", help="leave the stack and its console running until Ctrl-C")
     p.add_argument(
         "--runners", type=bounded(1, 64), default=1, metavar="N",
         help="run the conversations with N fleet runner processes (default 1: a runner in this process)",
@@ -66,6 +71,7 @@ class DemoParts:
     step_overhead_ms: float = 0.0
     read_side: dict[str, Any] = field(default_factory=dict)
     archive: dict[str, Any] = field(default_factory=dict)
+    crash_resume: dict[str, Any] = field(default_factory=dict)
 
 
 def task(index: int) -> str:
@@ -100,6 +106,7 @@ SUMMARY_SECTIONS: list[Callable[[DemoParts], dict[str, Any]]] = [
     lambda p: p.read_side,
     lambda p: p.archive,
     lambda p: {"seconds": round(p.seconds, 2), "step_overhead_ms": round(p.step_overhead_ms, 3)},
+    lambda p: {"crash_resume": p.crash_resume} if p.crash_resume else {},
 ]
 """Sections of the summary, in order; append one to add keys."""
 
@@ -169,7 +176,12 @@ def _demo(args: argparse.Namespace) -> int:
         run_dir = live.data_dir.resolve() / "demo" / datetime.now(UTC).strftime("%Y%m%dT%H%M%S%f")
         run_dir.mkdir(parents=True, exist_ok=True)
         live = demo_settings(live, run_dir, DEMO_TENANT)
-        with ProviderProcess(run_dir / "provider.log") as provider, services(live, run_dir):
+        with (
+            ProviderProcess(run_dir / "provider.log") as provider,
+            services(live, run_dir),
+            console_server(live, run_dir) as console_url,
+        ):
+            announce(console_url, args.json)
             if args.runners > 1:
                 from infra.cli.runner import run_fleet_demo
 
@@ -180,12 +192,18 @@ def _demo(args: argparse.Namespace) -> int:
             parts.read_side = read_through_api(live, _last_seqs(parts))
             if live.archive_url:
                 parts.archive = archive_proof(live, parts.conversation_ids[0])
-    summary = build_summary(parts)
-    if args.json:
-        print(json.dumps(summary))
-    else:
-        _print_table(summary)
-    return 0 if all(s == "finished" for s in parts.statuses.values()) else 1
+            finish(
+                parts,
+                live,
+                run_dir,
+                provider,
+                console_url,
+                keep=args.keep,
+                as_json=args.json,
+                summarize=lambda: build_summary(parts),
+            )
+    finished = all(s == "finished" for s in parts.statuses.values())
+    return 0 if finished and parts.crash_resume.get("status") == "finished" else 1
 
 
 def _last_seqs(parts: DemoParts) -> dict[str, int]:
@@ -193,15 +211,3 @@ def _last_seqs(parts: DemoParts) -> dict[str, int]:
     for event in parts.events:
         last[event.conversation_id] = max(last[event.conversation_id], event.seq)
     return last
-
-
-def _print_table(summary: dict[str, Any]) -> None:
-    from rich.console import Console
-    from rich.table import Table
-
-    table = Table(title="convdb demo")
-    table.add_column("figure")
-    table.add_column("value")
-    for key, value in summary.items():
-        table.add_row(key, json.dumps(value) if isinstance(value, dict) else str(value))
-    Console().print(table)

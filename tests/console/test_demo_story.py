@@ -1,0 +1,85 @@
+"""`convdb demo` tells its story and `--keep` leaves the stack (and its console) running until Ctrl-C."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+from infra.settings import Settings
+from tests.console.conftest import csrf_of
+
+pytestmark = pytest.mark.kafka
+
+
+def _lines_until(proc: subprocess.Popen[str], marker: str, timeout: float) -> str:
+    """Everything the process printed until a line containing `marker` (fails on timeout or exit)."""
+    seen: list[str] = []
+    done = threading.Event()
+
+    def read() -> None:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            seen.append(line)
+            if marker in line:
+                done.set()
+                return
+        done.set()
+
+    threading.Thread(target=read, daemon=True).start()
+    if not done.wait(timeout) or not any(marker in line for line in seen):
+        proc.kill()
+        pytest.fail(f"`convdb demo --keep` did not print {marker!r} in {timeout}s:\n{''.join(seen)[-4000:]}")
+    return "".join(seen)
+
+
+def test_demo_story_then_keep_until_ctrl_c(settings: Settings, tmp_path: Path) -> None:
+    env = {**{k: v for k, v in os.environ.items() if not k.startswith("CONVDB_")}, **settings.to_env()}
+    argv = [sys.executable, "-m", "infra.cli.main", "demo", "--keep", "--conversations", "2"]
+    proc = subprocess.Popen(
+        argv, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1
+    )
+    try:
+        story = _lines_until(proc, "Press Ctrl-C", 300)
+        assert "2 agent conversations" in story and story.count("Summarise notes-") == 2
+        assert "create_issue" in story and "the call answered (receipt trk-" in story
+        assert "was SIGKILLed after the call" in story
+        assert "asked the tracker by the operation id instead of calling again: it had happened" in story
+        assert (
+            "1 issue created for this operation (its idempotency key), 1 change made by the tracker" in story
+        )
+        url = re.search(r"Console: (http://[\d.:]+)/", story)
+        assert url, story
+        with httpx.Client(base_url=url.group(1), timeout=10) as browser:
+            token = csrf_of(browser.get("/console/login").text)
+            assert (
+                browser.post("/console/login", data={"csrf": token, "api_key": "demo-key"}).status_code == 303
+            )
+            listed = browser.get("/").text
+            assert listed.count("data-conversation-id=") == 3  # two tasks and the crash act
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(90) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(10)
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and _port_open(url.group(1)):
+        time.sleep(0.2)
+    assert not _port_open(url.group(1)), "the console still answers after Ctrl-C"
+
+
+def _port_open(base: str) -> bool:
+    try:
+        httpx.get(base + "/console/login", timeout=1)
+    except httpx.TransportError:
+        return False
+    return True
