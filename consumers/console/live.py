@@ -13,6 +13,7 @@ past them a stream answers 503 and the page's script retries later. A stream end
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 import re
 import time
@@ -22,7 +23,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Header, Query, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import PlainTextResponse, Response, StreamingResponse
-from sqlalchemy.engine import Engine
+from sqlalchemy.engine import Connection, Engine
 
 from consumers.api.conversations import branch_events, branch_head, conversation_page
 from consumers.api.deps import context
@@ -98,30 +99,41 @@ async def _pump(request: Request, step: Callable[[], list[str]], poll_s: float) 
         elif time.monotonic() - quiet_since > HEARTBEAT_S:
             yield ": keep-alive\n\n"
             quiet_since = time.monotonic()
-        await asyncio.sleep(0 if len(messages) > 1 else poll_s)
+        await asyncio.sleep(0 if any(m.startswith("event: append") for m in messages) else poll_s)
+
+
+def list_version(conn: Connection, tenant_id: str) -> str:
+    """A digest of what the list and queue pages show that changes with them (newest conversation,
+    operation counts): a page carries it, and its stream reports a change from there."""
+    newest = conversation_page(conn, tenant_id, limit=1, order="recent")["conversations"]
+    key = [newest, sorted(counts_by_status(conn, tenant_id).items())]
+    return hashlib.sha256(json.dumps(key, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def conversation_version(conn: Connection, conversation_id: str, head: Any) -> str:
+    """A digest of a conversation's view row and effect facts (what its panels show)."""
+    status = conversation_status(conn, conversation_id) or {}
+    key = [head.event_count, head.updated_us, head.branch_length, head.active_leaf, status]
+    return hashlib.sha256(json.dumps(key, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+Version = Annotated[str | None, Query(max_length=64, description="The page's version (from its render).")]
 
 
 @router.get("/console/live/conversations", summary="console: live list updates")
-def live_list(request: Request) -> Response:
-    """`changed` whenever the tenant's conversations or human queue change."""
+def live_list(request: Request, v: Version = None) -> Response:
+    """`changed` whenever the tenant's conversations or human queue differ from version `v`."""
     user = current_user(request)
     if user is None:
         return PlainTextResponse("sign in first", status_code=401)
     engine, tenant_id = context(request).engine, user.tenant_id
-    seen: list[Any] = []
+    seen = [v]
 
     def step() -> list[str]:
         with engine.connect() as conn:
-            newest = conversation_page(conn, tenant_id, limit=1, order="recent")["conversations"]
-            key = (
-                json.dumps(newest, sort_keys=True, default=str),
-                sorted(counts_by_status(conn, tenant_id).items()),
-            )
-        first = not seen
-        if first or seen[0] != key:
-            seen[:] = [key]
-            return [] if first else [sse("changed")]
-        return []
+            now = list_version(conn, tenant_id)
+        before, seen[0] = seen[0], now
+        return [sse("changed")] if before is not None and before != now else []
 
     return _open(request, step)
 
@@ -133,6 +145,7 @@ def live_conversation(
     since: Annotated[int, Query(ge=0, le=2**62)] = 0,
     tail: Annotated[str, Query(max_length=400)] = "",
     last_event_id: Annotated[str | None, Header(max_length=500)] = None,
+    v: Version = None,
 ) -> Response:
     """New active-branch events after branch index `since` (whose last event is `tail`), as HTML."""
     user = current_user(request)
@@ -145,17 +158,19 @@ def live_conversation(
         index, _, tail_id = last_event_id.partition(":")
         if index.isdigit():
             since, tail = int(index), tail_id
-    feed = _Feed(context(request).engine, user.tenant_id, conversation_id, since, tail)
+    feed = _Feed(context(request).engine, user.tenant_id, conversation_id, since, tail, v)
     return _open(request, feed.step)
 
 
 class _Feed:
     """What one conversation stream has sent so far, and the next poll."""
 
-    def __init__(self, engine: Engine, tenant_id: str, conversation_id: str, since: int, tail: str) -> None:
+    def __init__(
+        self, engine: Engine, tenant_id: str, conversation_id: str, since: int, tail: str, version: str | None
+    ) -> None:
         self.engine, self.tenant_id, self.conversation_id = engine, tenant_id, conversation_id
-        self.since, self.tail = since, tail
-        self.fingerprint: Any = None
+        self.since, self.tail, self.version = since, tail, version
+        self.behind = True
 
     def step(self) -> list[str]:
         """Messages for this poll: `append` (new items), `changed` (panels), `reload` or `gone`."""
@@ -163,31 +178,22 @@ class _Feed:
             head = branch_head(conn, self.tenant_id, self.conversation_id)
             if head is None:
                 return [sse("gone")]
-            status = conversation_status(conn, self.conversation_id) or {}
-            fingerprint = (
-                head.event_count,
-                head.updated_us,
-                head.branch_length,
-                json.dumps(status, sort_keys=True),
-            )
-            if fingerprint == self.fingerprint:
+            version = conversation_version(conn, self.conversation_id, head)
+            if version == self.version and not self.behind:
                 return []
-            first, self.fingerprint = self.fingerprint is None, fingerprint
             segments = json.loads(head.branch)
             if not self._extends(conn, segments, head.branch_length):
                 return [sse("reload")]
             news = branch_events(conn, self.conversation_id, segments, self.since, self.since + BATCH)
-            messages = []
-            if news:
-                self.since, self.tail = self.since + len(news), news[-1]["id"]
-                messages.append(
-                    sse("append", fragment("_events.html", events=news), f"{self.since}:{self.tail}")
-                )
-                if self.since < head.branch_length:
-                    self.fingerprint = None  # more to send: poll again at once
-            if messages or not first:
-                messages.append(sse("changed"))
-            return messages
+        messages = []
+        if news:
+            self.since, self.tail = self.since + len(news), news[-1]["id"]
+            messages.append(sse("append", fragment("_events.html", events=news), f"{self.since}:{self.tail}"))
+        self.behind = self.since < head.branch_length  # more than one batch: poll again at once
+        if self.version is not None and version != self.version:
+            messages.append(sse("changed"))
+        self.version = version
+        return messages
 
     def _extends(self, conn: Any, segments: list[list[int]], length: int) -> bool:
         """True when the branch still starts with what the page shows (its item `since - 1` is `tail`)."""

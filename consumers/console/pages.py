@@ -13,6 +13,7 @@ from consumers.api.conversations import branch_head
 from consumers.api.deps import Conn
 from consumers.console import data
 from consumers.console.branches import branch_tree
+from consumers.console.live import conversation_version, list_version
 from consumers.console.render import SECURITY_HEADERS, fragment, render
 from consumers.console.web import (
     STATUSES,
@@ -72,6 +73,7 @@ def conversations_page(
         statuses=STATUSES,
         filters=filters,
         after=after,
+        live_url="/console/live/conversations?v=" + list_version(conn, user.tenant_id),
         first_url="/?" + urlencode(kept),
         next_url="/?" + urlencode({**kept, "after": page["next_after"] or ""}),
     )
@@ -103,7 +105,9 @@ def conversation_page(
     return render(
         "conversation.html",
         **page_context(user, conn, "", page.summary["title"] or conversation_id),
-        **_timeline_links(conversation_id, timeline, when, upto),
+        **_timeline_links(
+            conversation_id, timeline, when, upto, _version(conn, user.tenant_id, conversation_id)
+        ),
         page=page,
         timeline=timeline,
         events=timeline.events,
@@ -115,8 +119,13 @@ def conversation_page(
     )
 
 
+def _version(conn: Any, tenant_id: str, conversation_id: str) -> str:
+    head = branch_head(conn, tenant_id, conversation_id)
+    return "" if head is None else conversation_version(conn, conversation_id, head)
+
+
 def _timeline_links(
-    conversation_id: str, timeline: data.Timeline, at: Any, offset: int | None
+    conversation_id: str, timeline: data.Timeline, at: Any, offset: int | None, version: str
 ) -> dict[str, str]:
     base = f"/console/conversations/{_q(conversation_id)}"
     keep = {k: v for k, v in (("at", at.isoformat() if at else None), ("offset", offset)) if v is not None}
@@ -124,7 +133,7 @@ def _timeline_links(
     if timeline.end < timeline.total:
         links["later_url"] = f"{base}?{urlencode({**keep, 'before': timeline.end + data.TIMELINE_PAGE})}"
     links["live_url"] = f"/console/live/conversations/{_q(conversation_id)}?" + urlencode(
-        {"since": timeline.end, "tail": timeline.tail_id or ""}
+        {"since": timeline.end, "tail": timeline.tail_id or "", "v": version}
     )
     return links
 
@@ -193,6 +202,7 @@ def queue_page(
         "queue.html",
         **page_context(user, conn, "queue", "Human queue"),
         queue=data.queue(conn, user.tenant_id, after or None),
+        live_url="/console/live/conversations?v=" + list_version(conn, user.tenant_id),
         notice=notice,
         notice_conversation=notice_conversation,
     )

@@ -149,6 +149,7 @@ def finish(
     keep: bool,
     as_json: bool,
     summarize: Callable[[], dict[str, Any]],
+    crash_act: bool = True,
 ) -> None:
     """Play the crash act, then print the summary (`--json`) or the story; with `keep`, wait for Ctrl-C."""
     from rich.console import Console
@@ -158,8 +159,8 @@ def finish(
     act = CrashAct(settings, provider.url, workspace, run_dir)
     try:
         with httpx.Client(base_url=console_url, headers={"X-API-Key": DEMO_KEY}, timeout=30) as api:
-            crash = act.run(api, provider)
-            parts.crash_resume = crash.as_json()
+            crash = act.run(api, provider) if crash_act else None
+            parts.crash_resume = crash.as_json() if crash else {}
             summary = summarize()
             if as_json:
                 print(json.dumps(summary), flush=True)

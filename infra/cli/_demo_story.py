@@ -177,6 +177,11 @@ def tell(
             "during this act. Done twice: never.",
             highlight=False,
         )
+    else:
+        out.print(
+            "\n[bold]2. A runner killed in the middle of a side effect[/bold]: not played with --runners N "
+            "(run the demo with one runner to see it)."
+        )
     out.print("\n[bold]3. The read side and the archive[/bold]")
     archive = (
         f"{extras['archive_objects']} archive objects in S3, and the archive's export of a conversation "
