@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.common import BenchContext, Figures
-from bench.report import markdown, side_by_side, table
+from bench.report import markdown, side_by_side, table, with_section
 
 BENCHMARKS: tuple[str, ...] = (
     "publish",
@@ -50,7 +50,12 @@ logger = logging.getLogger("bench")
 def parse(argv: list[str] | None) -> argparse.Namespace:
     """Command-line arguments."""
     parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__.splitlines()[0])
-    parser.add_argument("--size", choices=("small", "large"), default="small", help="default: small")
+    parser.add_argument(
+        "--size",
+        choices=("small", "large", "both"),
+        default="small",
+        help="default: small; both: small, then large (1M events), each written to its section",
+    )
     parser.add_argument("--json", action="store_true", help="also print every figure as one JSON object")
     parser.add_argument("--only", choices=BENCHMARKS, action="append", help="run only these (repeatable)")
     parser.add_argument(
@@ -115,18 +120,27 @@ def main(argv: list[str] | None = None) -> int:
     args = parse(argv)
     os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    sizes = ("small", "large") if args.size == "both" else (args.size,)
+    for size in sizes:
+        code = run_size(args, size)
+        if code:
+            return code
+    return 0
 
+
+def run_size(args: argparse.Namespace, size: str) -> int:
+    """Run the benchmarks at one size, print them and write that size's section of RESULTS.md."""
     names = tuple(args.only) if args.only else BENCHMARKS
-    repeats = args.repeats or (5 if args.size == "large" else 3)
+    repeats = args.repeats or (5 if size == "large" else 3)
     started = time.monotonic()
     first = "apache" if args.broker == "apache" else "embedded"
     compared: dict[str, Figures] = {}
     with tempfile.TemporaryDirectory(prefix="convdb-bench-") as tmp:
         try:
-            figures, meta, notes = measure(first, names, args.size, repeats, Path(tmp))
+            figures, meta, notes = measure(first, names, size, repeats, Path(tmp))
             if args.broker == "both":
                 bound = tuple(n for n in names if n in BROKER_BOUND)
-                apache, _, apache_notes = measure("apache", bound, args.size, repeats, Path(tmp))
+                apache, _, apache_notes = measure("apache", bound, size, repeats, Path(tmp))
                 compared = {"embedded": figures, "apache": apache}
                 notes += [f"apache: {n}" for n in apache_notes]
         except Exception as exc:  # noqa: BLE001 - any failure is a failed bench run, reported as such
@@ -140,8 +154,10 @@ def main(argv: list[str] | None = None) -> int:
     for note in notes:
         print(f"bench: note: {note}", file=sys.stderr)
     if not args.no_write:
-        RESULTS.write_text(markdown(figures, meta, args.size, repeats, notes, first, compared))
-        print(f"bench: wrote {RESULTS}", file=sys.stderr)
+        existing = RESULTS.read_text() if RESULTS.exists() else ""
+        text = markdown(figures, meta, size, repeats, notes, first, compared)
+        RESULTS.write_text(with_section(existing, size, text))
+        print(f"bench: wrote the {size} section of {RESULTS}", file=sys.stderr)
     if args.json:
         print(json.dumps(figures, sort_keys=True))
     return 0

@@ -134,6 +134,33 @@ def markdown(
     return "\n".join(head) + "\n"
 
 
+SIZES = ("small", "large")
+
+
+def with_section(existing: str, size: str, text: str) -> str:
+    """RESULTS.md with this size's section replaced by `text` (a `markdown` text), the others kept.
+
+    Each `python -m bench --size S` run owns one section, so a small and a large run both stay
+    on record (`--size both` runs and writes them together).
+    """
+    sections = {s: _section(existing, s) for s in SIZES}
+    body = text.split("\n", 1)[1] if text.startswith("# ") else text
+    sections[size] = f"## `python -m bench --size {size}`\n{body}"
+    intro = "One section per size; `python -m bench --size both` writes both."
+    parts = ["# convdb benchmark results", "", intro, ""]
+    for name in SIZES:
+        if sections[name]:
+            parts += [f"<!-- bench:{name} -->", sections[name].rstrip("\n"), f"<!-- /bench:{name} -->", ""]
+    return "\n".join(parts)
+
+
+def _section(text: str, size: str) -> str:
+    start, end = f"<!-- bench:{size} -->\n", f"<!-- /bench:{size} -->"
+    if start not in text or end not in text:
+        return ""
+    return text.split(start, 1)[1].split(end, 1)[0]
+
+
 def _kafka_version() -> str:
     from infra.kafka_jars import KAFKA_VERSION
 
