@@ -17,7 +17,7 @@ from typing import Any
 from confluent_kafka import OFFSET_BEGINNING, OFFSET_END, Consumer, KafkaError, Message, TopicPartition
 
 from infra.errors import InfraError
-from infra.kafka import common_config
+from infra.kafka import common_config, fetch_wait_ms
 from infra.settings import Settings
 
 Partition = tuple[str, int]
@@ -35,7 +35,7 @@ def reader_consumer(settings: Settings, purpose: str, **overrides: Any) -> Consu
             "isolation.level": "read_committed",
             "auto.offset.reset": "earliest",
             # An empty fetch at the end is held this long: it bounds how long "read to end" waits.
-            "fetch.wait.max.ms": settings.kafka.fetch_wait_max_ms,
+            "fetch.wait.max.ms": fetch_wait_ms(settings),
             **overrides,
         }
     )

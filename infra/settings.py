@@ -40,6 +40,11 @@ class KafkaSettings(Section):
     fetch_wait_max_ms: int = Field(
         50, description="Longest a consumer fetch waits for data: latency against idle requests."
     )
+    embedded_fetch_wait_max_ms: int = Field(
+        10,
+        description="The same on the embedded broker, which answers a fetch at the end of its wait "
+        "even when records arrive sooner (Apache Kafka answers as they arrive).",
+    )
     delivery_timeout_s: float = Field(
         30.0, description="How long a produce may wait for the broker before it fails loudly."
     )
