@@ -25,5 +25,9 @@ def test_a_second_demo_run_reports_its_own_effects(settings: Settings, tmp_path:
     first, second = summaries
     # write_file + create_issue: two operations per conversation, this run's only
     assert first["effects_by_status"] == second["effects_by_status"] == {"confirmed": 2}
-    # the second run's read side replays the namespace from the start: it sees both runs
-    assert second["tenant_effects_by_status"]["confirmed"] == 4
+    # the second run's read side replays the namespace from the start: it sees what the first run's
+    # read side saw, plus its own two (each run's crash act adds one more, which the summary may or
+    # may not have seen confirmed yet: it waits for this run's conversations only)
+    first_seen = first["tenant_effects_by_status"]["confirmed"]
+    assert first_seen >= 2
+    assert second["tenant_effects_by_status"]["confirmed"] >= first_seen + 2
