@@ -115,6 +115,7 @@ def _ensure_tables(url: str) -> None:
     from consumers.effects.tables import metadata as effects_tables
     from consumers.index.tables import metadata as index_tables
     from consumers.stats.projector import metadata as stats_tables
+    from consumers.store import metadata as offsets_tables
     from consumers.titles.projector import metadata as titles_tables
     from consumers.views.tables import metadata as views_tables
 
@@ -122,7 +123,15 @@ def _ensure_tables(url: str) -> None:
     try:
         with engine.begin() as conn:
             lock_schema(conn)  # a consumer starting at the same moment creates the same tables
-            for metadata in (views_tables, index_tables, stats_tables, titles_tables, effects_tables):
+            # The offsets too: who owns a conversation is read from how far the read side got.
+            for metadata in (
+                views_tables,
+                index_tables,
+                stats_tables,
+                titles_tables,
+                effects_tables,
+                offsets_tables,
+            ):
                 metadata.create_all(conn)
     finally:
         engine.dispose()

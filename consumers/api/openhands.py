@@ -10,20 +10,17 @@ so the agent-server's retries of the same batch store nothing twice.
 from __future__ import annotations
 
 import json
-import time
 import uuid
 from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
-import sqlalchemy as sa
 from fastapi import APIRouter, HTTPException, Request
-from fastapi.concurrency import run_in_threadpool
 from pydantic import BaseModel
 
 from consumers.api._acks import AsyncAcks
 from consumers.api.deps import ApiContext, context
-from consumers.views.tables import conversations as views_table
+from consumers.api.ownership import Claim, OwnershipUnknownError
 from infra.errors import PublishError
 from projections.errors import ForeignRecordError
 from projections.openhands import ORIGIN, check_events, check_record, conversation_key
@@ -35,8 +32,8 @@ PREFIX = "/openhands/webhooks"
 
 router = APIRouter(prefix=PREFIX, tags=["openhands"])
 
-OWNER_RECHECK_S = 5.0
-"""How long "the read side does not know this conversation yet" is believed before asking again."""
+OWNERS_KEPT = 100_000
+"""Conversation owners one API process remembers (an owner never changes)."""
 
 
 class Position(BaseModel):
@@ -76,13 +73,12 @@ async def post_events(conversation_id: str, request: Request) -> Stored:
         events = check_events(items)
     except ForeignRecordError as exc:
         raise HTTPException(400, f"bad OpenHands batch: {exc}; nothing was stored") from exc
-    await _check_owner(request, ctx, cid, tenant_id)
+    claim = await _check_owner(request, ctx, cid, tenant_id)
     payloads = _split(body.decode(), events, ctx.settings.openhands.max_record_bytes)
-    return Stored(
-        conversation_id=cid,
-        events=len(events),
-        records=await _store(request, ctx, cid, tenant_id, "events", payloads),
-    )
+    records = await _store(request, ctx, cid, tenant_id, "events", payloads)
+    if claim is not None:
+        await _confirm(request, ctx, cid, tenant_id, claim, records[0].offset)
+    return Stored(conversation_id=cid, events=len(events), records=records)
 
 
 @router.post(
@@ -106,12 +102,11 @@ async def post_conversation(request: Request) -> Stored:
             413,
             f"ConversationInfo of {len(body)} bytes; the limit is {ctx.settings.openhands.max_record_bytes}",
         )
-    await _check_owner(request, ctx, cid, tenant_id)
-    return Stored(
-        conversation_id=cid,
-        events=0,
-        records=await _store(request, ctx, cid, tenant_id, "conversation_info", [body.decode()]),
-    )
+    claim = await _check_owner(request, ctx, cid, tenant_id)
+    records = await _store(request, ctx, cid, tenant_id, "conversation_info", [body.decode()])
+    if claim is not None:
+        await _confirm(request, ctx, cid, tenant_id, claim, records[0].offset)
+    return Stored(conversation_id=cid, events=0, records=records)
 
 
 def _app_state(request: Request, name: str, make: Callable[[], Any]) -> Any:
@@ -181,25 +176,43 @@ def _split(text: str, events: list[dict[str, Any]], limit: int) -> list[str]:
     return payloads
 
 
-async def _check_owner(request: Request, ctx: ApiContext, cid: str, tenant_id: str) -> None:
-    """404 when the read side names another tenant as the owner (the runner checks the log itself).
+async def _check_owner(request: Request, ctx: ApiContext, cid: str, tenant_id: str) -> Claim | None:
+    """404 unless the log says the conversation is this tenant's or nobody's yet: the rule every
+    post follows (`consumers.api.ownership`: the read side, then the log tails it has not folded).
 
-    An owner never changes, so a found one is kept; "not known yet" is believed for this tenant for
-    `OWNER_RECHECK_S`, so a stream of batches costs one store query per conversation, not per batch.
+    An owner never changes, so a found one is kept and a stream of batches costs one lookup per
+    conversation. Returns the claim to confirm when nobody owned the conversation yet.
     """
-    owners: dict[tuple[str, str], tuple[str | None, float]] = _app_state(request, "openhands_owners", dict)
-    known = owners.get((cid, tenant_id))
-    if known is None or (known[0] is None and time.monotonic() - known[1] > OWNER_RECHECK_S):
-
-        def owner() -> str | None:
-            with ctx.engine.connect() as conn:
-                query = sa.select(views_table.c.tenant_id).where(views_table.c.conversation_id == cid)
-                return conn.execute(query).scalar()  # type: ignore[no-any-return]
-
-        known = (await run_in_threadpool(owner), time.monotonic())
-        owners[(cid, tenant_id)] = known
-    if known[0] is not None and known[0] != tenant_id:
+    owners: dict[str, str] = _app_state(request, "openhands_owners", dict)
+    known = owners.get(cid)
+    if known is None:
+        try:
+            known, claim = await ctx.on_writer(ctx.ownership.owner, cid)
+        except OwnershipUnknownError as exc:
+            raise HTTPException(
+                503, f"cannot tell who owns {cid!r} now: {exc}; retry the same batch"
+            ) from exc
+        if known is None:
+            return claim
+        _remember(owners, cid, known)
+    if known != tenant_id:
         raise HTTPException(404, f"no conversation {cid!r}")
+    return None
+
+
+async def _confirm(
+    request: Request, ctx: ApiContext, cid: str, tenant_id: str, claim: Claim, offset: int
+) -> None:
+    """A new conversation's first batch: 404 when another tenant's post won the race for the id."""
+    if not await ctx.on_writer(ctx.ownership.confirm_claim, claim, cid, tenant_id, offset):
+        raise HTTPException(404, f"no conversation {cid!r}")
+    _remember(_app_state(request, "openhands_owners", dict), cid, tenant_id)
+
+
+def _remember(owners: dict[str, str], cid: str, tenant_id: str) -> None:
+    if len(owners) >= OWNERS_KEPT:
+        owners.clear()  # bounded memory; owners are looked up again as they come
+    owners[cid] = tenant_id
 
 
 async def _store(
@@ -218,7 +231,9 @@ async def _store(
                     timestamp=now,
                     origin=ORIGIN,
                     payload_kind=payload_kind,
-                    payload=payload,
+                    # What the agent-server sent, with credentials hidden before it is written:
+                    # placeholders fit inside JSON strings, so the payload stays valid JSON.
+                    payload=ctx.secrets.redact(payload),
                 )
             ),
         )

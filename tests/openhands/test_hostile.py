@@ -159,3 +159,28 @@ def test_other_tenants_and_user_messages_cannot_touch_an_openhands_conversation(
     ]
     assert "belongs to another tenant" in reasons[0] and "runs in OpenHands" in reasons[1]
     assert wait_for(lambda: convdb.get(f"/conversations/{cid}")["events"] == len(SAMPLE), 10, "no new event")
+
+
+def test_the_lagging_read_side_race_and_pasted_credentials_on_the_webhooks(
+    settings: Settings, tmp_path: Any
+) -> None:
+    """No read side runs here: who owns a conversation comes from the inbox the posts wrote."""
+    api = settings.api.model_copy(update={"keys": {KEY: "tenant-oh", "other-key": "tenant-other"}})
+    app = create_app(settings.model_copy(update={"api": api, "store_url": f"sqlite:///{tmp_path}/s.db"}))
+    cid = uuid.uuid4()
+    url = f"/openhands/webhooks/events/{cid.hex}"
+    leaked = "sk-proj-" + "L3aked" * 6
+    first = batch(*SAMPLE)
+    first[1]["llm_message"]["content"][0]["text"] = f"my key is {leaked}"
+    with TestClient(app) as client:
+        assert client.post(url, headers=GOOD, content=json.dumps(first)).status_code == 200
+        other = {"X-API-Key": "other-key"}
+        assert client.post(url, headers=other, content=json.dumps(SAMPLE)).status_code == 404
+        info = {"id": cid.hex, "title": "mine now"}
+        assert client.post("/openhands/webhooks/conversations", headers=other, json=info).status_code == 404
+        assert client.post("/openhands/webhooks/conversations", headers=GOOD, json=info).status_code == 200
+    records = inbox_batches(settings, str(cid))
+    assert {r.tenant_id for r in records} == {"tenant-oh"}
+    payload = records[0].payload
+    assert leaked not in payload and "<secret:detected.llm_api_key>" in payload
+    json.loads(payload)  # still valid JSON
