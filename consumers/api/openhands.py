@@ -19,6 +19,7 @@ from fastapi import APIRouter, HTTPException, Request
 from pydantic import BaseModel
 
 from consumers.api._acks import AsyncAcks
+from consumers.api._body import read_capped
 from consumers.api.deps import ApiContext, context
 from consumers.api.ownership import Claim, OwnershipUnknownError
 from infra.errors import PublishError
@@ -63,7 +64,7 @@ async def post_events(conversation_id: str, request: Request) -> Stored:
     ctx = context(request)
     tenant_id = _tenant(request, ctx)
     cid = _conversation(conversation_id)
-    body = await _body(request, ctx.settings.openhands.max_body_bytes)
+    body = await read_capped(request, ctx.settings.openhands.max_body_bytes)
     items = _parse(body)
     if isinstance(items, list) and len(items) > ctx.settings.openhands.max_events:
         raise HTTPException(
@@ -91,7 +92,7 @@ async def post_conversation(request: Request) -> Stored:
     """Store a ConversationInfo the agent-server posts on start, pause, update and delete."""
     ctx = context(request)
     tenant_id = _tenant(request, ctx)
-    body = await _body(request, ctx.settings.openhands.max_body_bytes)
+    body = await read_capped(request, ctx.settings.openhands.max_body_bytes)
     try:
         info = check_record("conversation_info", _parse(body))
         cid = conversation_key(info["id"], "conversation info")
@@ -131,19 +132,6 @@ def _conversation(raw: str) -> str:
         return conversation_key(raw, "conversation id")
     except ForeignRecordError as exc:
         raise HTTPException(400, str(exc)) from exc
-
-
-async def _body(request: Request, limit: int) -> bytes:
-    declared = request.headers.get("content-length", "")
-    if declared.isdigit() and int(declared) > limit:
-        raise HTTPException(413, f"body of {declared} bytes; the limit is {limit}")
-    chunks, size = [], 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > limit:
-            raise HTTPException(413, f"body larger than {limit} bytes")
-        chunks.append(chunk)
-    return b"".join(chunks)
 
 
 def _parse(body: bytes) -> Any:

@@ -31,6 +31,7 @@ from fastapi import APIRouter, Header, HTTPException, Request
 from fastapi.concurrency import run_in_threadpool
 from pydantic import BaseModel, ConfigDict, Field
 
+from consumers.api._body import read_capped
 from consumers.api.deps import ApiContext, Ctx, client_address
 from consumers.api.params import problems
 from consumers.effects import get_operation
@@ -123,19 +124,6 @@ def build_receipt(payload: Any, now: datetime, window: timedelta, skew: timedelt
     )
 
 
-async def _read_capped(request: Request, limit: int) -> bytes:
-    declared = request.headers.get("content-length", "")
-    if declared.isascii() and declared.isdigit() and int(declared) > limit:
-        raise HTTPException(413, f"body of {declared[:20]} bytes; the limit is {limit}")
-    chunks, size = [], 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > limit:
-            raise HTTPException(413, f"body larger than {limit} bytes")
-        chunks.append(chunk)
-    return b"".join(chunks)
-
-
 async def _operation(ctx: ApiContext, operation_id: str) -> OperationState | None:
     """The operation's state on the read side, waiting up to `receipt_wait_s` for it to appear."""
 
@@ -178,7 +166,7 @@ async def post_receipt(
     ctx.throttle.check(client)
     if not x_convdb_signature:
         raise HTTPException(401, "missing X-Convdb-Signature header")
-    body = await _read_capped(request, api.receipt_max_bytes)
+    body = await read_capped(request, api.receipt_max_bytes)
     signer = signing_provider(ctx, body, x_convdb_signature)
     if signer is None:
         ctx.throttle.failed(client)

@@ -16,6 +16,8 @@ from fastapi import HTTPException, Request
 from fastapi.responses import HTMLResponse, RedirectResponse
 from jinja2 import Environment, PackageLoader, select_autoescape
 
+from consumers.api._body import read_capped
+
 MAX_FORM_BYTES = 256 * 1024
 """Largest POST body a console form may send (a message is at most 100k characters)."""
 
@@ -123,11 +125,7 @@ async def form(request: Request) -> dict[str, str]:
     kind = request.headers.get("content-type", "").split(";")[0].strip()
     if kind != "application/x-www-form-urlencoded":
         raise HTTPException(415, "expected a form (application/x-www-form-urlencoded)")
-    body = b""
-    async for chunk in request.stream():
-        body += chunk
-        if len(body) > MAX_FORM_BYTES:
-            raise HTTPException(413, f"form larger than {MAX_FORM_BYTES} bytes")
+    body = await read_capped(request, MAX_FORM_BYTES, "form")
     try:
         fields = parse_qs(body.decode(), keep_blank_values=True, strict_parsing=False, max_num_fields=20)
     except (UnicodeDecodeError, ValueError) as exc:
