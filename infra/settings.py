@@ -122,6 +122,13 @@ class RuntimeSettings(Section):
         description="Fleet runners snapshot a conversation after this many events (K) and at every "
         "stop state; a restore reads at most about K events of its tail.",
     )
+    inbox_batch: int = Field(
+        200,
+        ge=1,
+        description="Fleet runners append up to this many inbox records the consumer already holds "
+        "(OpenHands batches, dead letters) in one transaction with their offsets; a user message or "
+        "command still ends the batch and runs on its own.",
+    )
 
 
 class ReconcilerSettings(Section):

@@ -166,15 +166,39 @@ class Conversation:
             started = time.perf_counter()
             deliveries = self.sink.write([(topic_of(r), r) for r in records])
             self.stats.add_publish_time(time.perf_counter() - started)
-            for record in records:
-                self._state = fold(self._state, record)
+            self._fold(records)
+            self.durable(records, deliveries)
+            self.snapshot_if_due(records)
+            return records
+
+    def stage(self, build: Callable[[], Sequence[AvroModel]]) -> list[AvroModel]:
+        """Build, redact and fold in records that the owner's batch transaction commits later.
+
+        Until the owner calls `durable`, this object is ahead of the log: a failed batch leaves it
+        unusable, like a failed `commit` (its owner rebuilds it from the log).
+        """
+        with self._lock:
+            records = [self.services.secrets.redact_record(r) for r in build()]
+            self._fold(records)
+            return records
+
+    def _fold(self, records: Sequence[AvroModel]) -> None:
+        for record in records:
+            self._state = fold(self._state, record)
+
+    def durable(self, records: Sequence[AvroModel], deliveries: Sequence[Delivery]) -> None:
+        """Folded records are durable at these positions."""
+        with self._lock:
             self.positions.track(records, deliveries, self._refold_offset)
             self.book.committed(records, deliveries)
             self.services.metrics.committed(records)
+
+    def snapshot_if_due(self, records: Sequence[AvroModel] = ()) -> None:
+        """Snapshot when `snapshot_every` events passed since the last one (unless `records` held one)."""
+        with self._lock:
             due = self.positions.events_since_snapshot >= self.services.runtime.snapshot_every
             if due and not any(isinstance(r, Snapshot) for r in records):
                 self.snapshot()
-            return records
 
     def snapshot(self) -> Snapshot:
         """Publish the snapshot (base state, and what the owner adds) to the state topic."""

@@ -8,12 +8,18 @@ import signal
 
 logger = logging.getLogger(__name__)
 
-CRASH_POINTS = (
+EFFECT_POINTS = (
     "after_effect_proposed",
     "after_effect_started",
     "after_provider_call",
     "after_observation",
+)
+"""The points of the effect protocol (hit per tool), in protocol order."""
+
+CRASH_POINTS = (
+    *EFFECT_POINTS,
     "after_inbox_message",
+    "before_inbox_commit",
 )
 """Every point the runtime calls `hit` at, in protocol order."""
 

@@ -3,19 +3,22 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from confluent_kafka import Producer, TopicPartition
 
 from infra.errors import PublishError
-from infra.producer import Delivery, DurableProducer, TransactionalProducer
+from infra.producer import Delivery, DurableProducer, Headers, TransactionalProducer
 from infra.settings import Settings
 from producers.errors import SequenceGapError
 from schemas import AvroModel, Codec, EventEnvelope
 from schemas.topics import EVENTS, Topic
 
 logger = logging.getLogger(__name__)
+
+RawRecord = tuple[str, bytes | None, bytes, Headers]
+"""A record copied as it is (topic, key, value, headers): a dead letter."""
 
 
 class SequenceCheck:
@@ -97,18 +100,26 @@ class TransactionalPublisher(EventPublisher, TransactionalProducer):
         offsets: list[TopicPartition] | None = None,
         group_metadata: Any = None,
         timeout: float | None = None,
+        *,
+        raw: Sequence[RawRecord] = (),
+        before_commit: Callable[[], object] | None = None,
     ) -> list[Delivery]:
-        """Publish all records (and commit consumer offsets, if given) in one transaction.
+        """Publish all records, then the `raw` ones (and commit consumer offsets, if given) in one
+        transaction; `before_commit` runs once everything is produced (a crash point).
 
-        Returns the deliveries (partition and offset of each record) in record order.
+        Returns the deliveries (partition and offset of each record) in produce order.
         """
+
+        def produce() -> None:
+            for topic, record in records:
+                self.publish(record, topic)
+            for topic_name, key, value, headers in raw:
+                self.produce_raw(topic_name, key, value, headers)
+            if before_commit is not None:
+                before_commit()
+
         try:
-            return self.atomic(
-                lambda: [self.publish(record, topic) for topic, record in records],
-                offsets,
-                group_metadata,
-                timeout,
-            )
+            return self.atomic(produce, offsets, group_metadata, timeout)
         except PublishError:
             for _, record in records:
                 if isinstance(record, EventEnvelope):

@@ -2,7 +2,8 @@
 
 The API and `convdb import` put OpenHands payloads in the inbox (`ExternalBatch`); the owning
 runner is still the conversation's only writer: it maps the payload (`projections.openhands`,
-pure), assigns the seqs and commits the events with the inbox offset in one transaction. Ids the
+pure), assigns the seqs and commits the events with the inbox offset in one transaction (shared
+with the other records of its batch, `producers.fleet.batch`). Ids the
 conversation already holds are skipped, so a retried webhook batch or a repeated import appends
 nothing. convdb never runs its own agent on such a conversation, and refuses (DLQ) user messages
 to it and OpenHands payloads for a conversation convdb runs or another tenant owns.
@@ -15,11 +16,10 @@ import logging
 
 from producers.conversation import Conversation
 from producers.errors import RecordRefusedError
-from producers.fleet.sink import PartitionSink
 from projections.errors import ForeignRecordError, ProjectionError
 from projections.openhands import ORIGIN, OpenHandsState, Received, ingest, resume
 from projections.view import ViewState
-from schemas import ExternalBatch, InboxMessage
+from schemas import AvroModel, ExternalBatch, InboxMessage
 
 logger = logging.getLogger(__name__)
 
@@ -57,20 +57,16 @@ def refuse(conv: Conversation, record: InboxMessage | ExternalBatch) -> None:
         )
 
 
-def append(
-    conv: Conversation,
-    known: OpenHandsState | None,
-    sink: PartitionSink,
-    batch: ExternalBatch,
-    next_offset: int,
-) -> OpenHandsState:
-    """Map `batch` onto `conv`'s next events and commit them with the inbox position.
+def stage(
+    conv: Conversation, known: OpenHandsState | None, batch: ExternalBatch
+) -> tuple[OpenHandsState, list[AvroModel]]:
+    """Map `batch` onto `conv`'s next events, folded into `conv` for the runner's batch to commit.
 
     `known` is the mapping state after the conversation's last batch (None: rebuilt from its
-    log). Returns the new mapping state.
+    log). Returns the new mapping state and the staged records (none when every event is held).
 
     Raises:
-        ForeignRecordError: the payload is not valid OpenHands data (nothing is written).
+        ForeignRecordError: the payload is not valid OpenHands data (nothing is staged).
     """
     state = known or (
         resume(conv.state.view, conv.tenant_id)
@@ -83,18 +79,14 @@ def append(
     except ForeignRecordError:
         raise
     except (ValueError, ProjectionError) as exc:
-        # The mapping is pure and ran before anything was written: a data error, not a crash.
+        # The mapping is pure and ran before anything was staged: a data error, not a crash.
         raise ForeignRecordError(f"inbox record {batch.id}: {type(exc).__name__}: {exc}") from exc
-    sink.attach_offset(next_offset)
-    if events:
-        conv.commit(lambda: events)
-    else:
-        sink.commit_offset()
+    staged = conv.stage(lambda: events) if events else []
     if mapped.duplicates > state.duplicates:
         logger.info(
             "conversation %s: %d OpenHands event(s) already held, skipped",
             conv.conversation_id,
             mapped.duplicates - state.duplicates,
         )
-    # The committed events are the mapped ones after secret redaction: keep the view that holds them.
-    return mapped._replace(view=conv.state.view)
+    # The staged events are the mapped ones after secret redaction: keep the view that holds them.
+    return mapped._replace(view=conv.state.view), staged

@@ -194,17 +194,25 @@ class PartitionOwner:
         external.refuse(conv, record)
         return conv
 
-    def append_external(self, batch: ExternalBatch, next_offset: int) -> None:
-        """Append a foreign system's records to their conversation, with the inbox position.
+    def stage_external(self, batch: ExternalBatch, next_offset: int) -> tuple[Conversation, list[AvroModel]]:
+        """Stage a foreign system's records in their conversation (`InboxBatch` commits them).
 
         Raises:
             TenantMismatchError, RecordRefusedError, ForeignRecordError: the record does not
-                belong there or does not map (nothing is written; the runner dead-letters it).
+                belong there or does not map (nothing is staged; the runner dead-letters it).
         """
         conv = self.admit(batch)
-        conv.positions.inbox_offset = next_offset
         cid = batch.conversation_id
-        self.external[cid] = external.append(conv, self.external.get(cid), self.sink, batch, next_offset)
+        self.external[cid], staged = external.stage(conv, self.external.get(cid), batch)
+        conv.positions.inbox_offset = next_offset
+        return conv, staged
+
+    def before_batch_commit(self) -> None:
+        """Crash point `before_inbox_commit`: the batch's records are in the log, uncommitted."""
+        crash = self.ctx.runtime.crash
+        if crash.point == "before_inbox_commit":
+            self.publisher.producer.flush(30)
+            crash.hit("before_inbox_commit")
 
     def interrupted(self) -> list[Conversation]:
         """Conversations whose run a crash or a handover cut short."""

@@ -30,8 +30,10 @@ from infra.ops import Health
 from producers.conversation import Conversation
 from producers.crashpoints import CrashPoints
 from producers.errors import FencedError, PublishError
+from producers.fleet.batch import InboxBatch
 from producers.fleet.owner import FleetContext, PartitionOwner
 from producers.inbox import apply_inbox
+from producers.publisher import RawRecord
 from projections.errors import TenantMismatchError
 from schemas import ExternalBatch, InboxMessage
 from schemas.errors import ConvdbError, SchemaError
@@ -72,6 +74,8 @@ class FleetRunner:
         self.owners: dict[int, PartitionOwner] = {}
         self._revoked: dict[int, PartitionOwner] = {}
         self._takeover: list[int] = []
+        self._generation = 0
+        """Rebalances seen (records read before one may be stale)."""
         self.handled = 0
         self.refused = 0
         """Inbox records refused because they name another tenant than their conversation's."""
@@ -100,6 +104,7 @@ class FleetRunner:
 
     # -- rebalance callbacks -------------------------------------------------------------------
     def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        self._generation += 1
         wanted = sorted(tp.partition for tp in partitions)
         for p in [p for p in self._revoked if p not in wanted]:
             self._revoked.pop(p).close()
@@ -117,6 +122,7 @@ class FleetRunner:
         self.emit("assigned", partitions=wanted, restored=reports)
 
     def _on_revoke(self, _consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        self._generation += 1
         # Eager rebalance: nobody else can own these before our next assignment, so the writers are
         # kept (no re-init, no restore) in case the partitions come back.
         for tp in partitions:
@@ -128,6 +134,7 @@ class FleetRunner:
         self.emit("revoked", partitions=sorted(tp.partition for tp in partitions))
 
     def _on_lost(self, _consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        self._generation += 1
         for tp in partitions:
             owner = self.owners.pop(tp.partition, None)
             if owner is not None:
@@ -157,12 +164,8 @@ class FleetRunner:
                 if unassigned:
                     self.emit("unassigned", detail=unassigned)
                 msg = self.consumer.poll(poll_timeout)
-                if msg is None:
-                    continue
-                if msg.error() is not None:
-                    self._transport_error(msg)
-                    continue
-                self._guarded(msg.partition(), lambda m=msg: self.handle(m))
+                if msg is not None:
+                    self._handle_all([msg, *self._drain()])
         finally:
             self.health.stopped = True
             self.at_exit = self.conversations()
@@ -224,31 +227,73 @@ class FleetRunner:
         self.consumer.seek(TopicPartition(self.inbox, partition, max(committed[0].offset, 0)))
         self._takeover.append(partition)
 
-    def handle(self, msg: Message) -> None:
-        """Apply one inbox record; its offset commits with the first transaction it causes.
+    def _drain(self) -> list[Message]:
+        """The records the consumer already holds, without waiting (at most `inbox_batch` - 1)."""
+        limit = self.settings.runtime.inbox_batch - 1
+        if limit < 1:
+            return []
+        generation = self._generation
+        drained = self.consumer.consume(limit, 0)
+        # A rebalance in between resets the positions to the committed offsets: what was read before
+        # it comes again (or belongs to another runner now).
+        return drained if generation == self._generation else []
 
-        A record that does not decode, or that its conversation refuses (`PartitionOwner.admit`),
-        goes to the DLQ with its offset: one transaction, so it is dead-lettered exactly once.
+    def _handle_all(self, msgs: list[Message]) -> None:
+        """Handle records in inbox order, each partition's as one batch (`InboxBatch`)."""
+        generation = self._generation
+        by_partition: dict[int, list[Message]] = {}
+        for msg in msgs:
+            if msg.error() is not None:
+                self._transport_error(msg)
+            else:
+                by_partition.setdefault(msg.partition(), []).append(msg)
+        for partition, records in by_partition.items():
+            if generation != self._generation:
+                return
+            self._guarded(partition, lambda p=partition, r=records: self._handle_partition(p, r))
+
+    def _handle_partition(self, partition: int, msgs: list[Message]) -> None:
+        """Stage OpenHands payloads and dead letters; a user message or command commits what is
+        staged, then runs on its own (`handle`); the rest commits at the end, in one transaction."""
+        batch = InboxBatch(self.owners[partition])
+        for msg in msgs:
+            self.last_activity = time.monotonic()
+            try:
+                record = self.ctx.codec.decode(msg.value(), expect=(InboxMessage, ExternalBatch))
+                if not isinstance(record, (InboxMessage, ExternalBatch)):
+                    raise SchemaError(f"expected an InboxMessage, got {type(record).__name__}")
+                if isinstance(record, ExternalBatch):
+                    with (
+                        log_context(conversation_id=record.conversation_id, tenant_id=record.tenant_id),
+                        tracing.traced(msg.headers(), "runner external", **tracing.record_attributes(msg)),
+                    ):
+                        batch.external(record, msg.offset() + 1)
+                    continue
+            except ConvdbError as exc:
+                batch.dead_letter(self._dead_letter(msg, exc), msg.offset() + 1)
+                continue
+            self._handled(batch.commit())
+            self.handle(msg, record)
+        self._handled(batch.commit())
+
+    def _handled(self, applied: int) -> None:
+        if applied:
+            self.ctx.metrics.inbox.inc(applied)
+            self.handled += applied
+            self.last_activity = time.monotonic()
+
+    def handle(self, msg: Message, record: InboxMessage) -> None:
+        """Apply one user message or command; its offset commits with the first transaction it causes.
+
+        A record that its conversation refuses (`PartitionOwner.admit`) goes to the DLQ with its
+        offset: one transaction, so it is dead-lettered exactly once.
         """
         owner = self.owners[msg.partition()]
-        self.last_activity = time.monotonic()
         try:
-            record = self.ctx.codec.decode(msg.value(), expect=(InboxMessage, ExternalBatch))
-            if isinstance(record, ExternalBatch):
-                with (
-                    log_context(conversation_id=record.conversation_id, tenant_id=record.tenant_id),
-                    tracing.traced(msg.headers(), "runner external", **tracing.record_attributes(msg)),
-                ):
-                    owner.append_external(record, msg.offset() + 1)
-                self.ctx.metrics.inbox.inc()
-                self.handled += 1
-                self.last_activity = time.monotonic()
-                return
-            if not isinstance(record, InboxMessage):
-                raise SchemaError(f"expected an InboxMessage, got {type(record).__name__}")
             conv = owner.admit(record)
         except ConvdbError as exc:
-            self._dead_letter(owner, msg, exc)
+            owner.sink.attach_offset(msg.offset() + 1)
+            owner.sink.dead_letter(*self._dead_letter(msg, exc))
             return
         conv.positions.inbox_offset = msg.offset() + 1
         owner.sink.attach_offset(msg.offset() + 1, record.id if record.command == "message" else None)
@@ -263,7 +308,8 @@ class FleetRunner:
         self.handled += 1
         self.last_activity = time.monotonic()
 
-    def _dead_letter(self, owner: PartitionOwner, msg: Message, exc: ConvdbError) -> None:
+    def _dead_letter(self, msg: Message, exc: ConvdbError) -> RawRecord:
+        """Count and log a refused inbox record; its dead letter (DLQ topic, key, value, headers)."""
         logger.error(
             "%s[%d]@%d: inbox record to the DLQ: %s", msg.topic(), msg.partition(), msg.offset(), exc
         )
@@ -273,8 +319,7 @@ class FleetRunner:
             self.emit("refused", partition=msg.partition(), offset=msg.offset(), reason=str(exc))
         self.ctx.metrics.refused.labels("tenant" if isinstance(exc, TenantMismatchError) else "invalid").inc()
         headers = error_headers("runner", msg.topic(), msg.partition(), msg.offset(), exc)
-        owner.sink.attach_offset(msg.offset() + 1)
-        owner.sink.dead_letter(DLQ.name(self.settings.namespace), msg.key(), msg.value() or b"", headers)
+        return DLQ.name(self.settings.namespace), msg.key(), msg.value() or b"", headers
 
     def _transport_error(self, msg: Message) -> None:
         err = msg.error()

@@ -2,16 +2,17 @@
 
 The inbox offset of the message being handled rides in the transaction that appends its
 MessageEvent (or in the first transaction, for other commands), so the message is appended
-exactly once: either both are committed or neither is.
+exactly once: either both are committed or neither is. Records the runner batches (OpenHands
+payloads, dead letters) share one transaction, with the offset after the last of them.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from confluent_kafka import Consumer, TopicPartition
 
-from producers.publisher import Delivery, TransactionalPublisher
+from producers.publisher import Delivery, RawRecord, TransactionalPublisher
 from schemas import AvroModel, EventEnvelope
 from schemas.topics import Topic
 
@@ -62,6 +63,23 @@ class PartitionSink:
             return
         self._event_id = None
         self.write([])
+
+    def write_batch(
+        self,
+        records: Sequence[tuple[Topic, AvroModel]],
+        raw: Sequence[RawRecord],
+        next_offset: int,
+        before_commit: Callable[[], object] | None = None,
+    ) -> list[Delivery]:
+        """One transaction for several inbox records: their records, their dead letters, and the
+        inbox position after the last; deliveries of `records` then `raw`, in that order."""
+        offsets = [TopicPartition(self.inbox_topic, self.partition, next_offset)] if self.consumer else None
+        metadata = self.consumer.consumer_group_metadata() if self.consumer else None
+        deliveries = self.publisher.publish_atomic(
+            records, offsets, metadata, raw=raw, before_commit=before_commit
+        )
+        self._offset = self._event_id = None
+        return deliveries
 
     def dead_letter(
         self, topic: str, key: bytes | None, value: bytes, headers: list[tuple[str, bytes]]

@@ -19,7 +19,7 @@ import pytest
 
 from infra.kafka import apply_topics
 from infra.settings import Settings
-from producers.crashpoints import CRASH_POINTS
+from producers.crashpoints import EFFECT_POINTS
 from producers.fleet.__main__ import build_context
 from producers.fleet.runner import FleetRunner, serve_until
 from producers.provider.process import ProviderProcess
@@ -38,7 +38,7 @@ from tests.producers._support import (
 
 pytestmark = pytest.mark.kafka
 
-POINTS = [p for p in CRASH_POINTS if p != "after_inbox_message"]
+POINTS = list(EFFECT_POINTS)
 TOOLS = {"idempotent": "write_file", "keyed": "create_issue", "irreversible": "notify"}
 
 

@@ -24,7 +24,7 @@ import httpx
 import pytest
 
 from infra.reader import read_topic
-from producers.crashpoints import CRASH_POINTS
+from producers.crashpoints import EFFECT_POINTS
 from projections.effects import OperationStatus
 from schemas import EffectProposed, InboxMessage, StateUpdateEvent
 from schemas.topics import EVENTS, INBOX
@@ -37,7 +37,7 @@ logger = logging.getLogger(__name__)
 
 pytestmark = [pytest.mark.kafka, pytest.mark.chaos, pytest.mark.brokers]
 
-TOOL_POINTS = tuple(p for p in CRASH_POINTS if p != "after_inbox_message")
+TOOL_POINTS = EFFECT_POINTS
 
 
 @pytest.fixture(scope="module")
