@@ -2,7 +2,7 @@
 
 Starts the embedded broker (`--broker embedded`, the default), an Apache Kafka node
 (`--broker apache`, needs Java) or both (`--broker both`: every benchmark on the embedded broker,
-and the broker-bound ones, publish, sink and e2e, on Apache Kafka too, side by side in the report);
+and the broker-bound ones, publish, sink, e2e and ingest, on Apache Kafka too, side by side in the report);
 `CONVDB_BOOTSTRAP_SERVERS` overrides them. Exit 1 with a message if any benchmark fails: a
 missing figure is never reported as a measured one.
 """
@@ -40,7 +40,7 @@ BENCHMARKS: tuple[str, ...] = (
 )
 """Registered benchmarks: each is a module `bench.<name>` with `FIGURES` and `run(ctx) -> Figures`."""
 
-BROKER_BOUND: tuple[str, ...] = ("publish", "sink", "e2e")
+BROKER_BOUND: tuple[str, ...] = ("publish", "sink", "e2e", "ingest")
 """Benchmarks whose figures depend on the broker: `--broker both` runs them on each."""
 
 RESULTS = Path(__file__).resolve().parent / "RESULTS.md"
