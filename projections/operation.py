@@ -282,6 +282,10 @@ def _apply_ledger(state: OperationState, record: LedgerRecord) -> OperationState
     if state.status is not None and state.status.is_terminal and new_status is state.status:
         # A second witness or a stale decision: keep the settled outcome's details.
         return state.model_copy(update=update)
+    if transition == "resolved:retry" and state.status is P and state.decision == "retry":
+        # The runner recording the retry a human already put on the ledger (decisions are only
+        # taken on `unknown`): keep who decided it and their note.
+        return state.model_copy(update=update)
     update.update(_ledger_fields(state, record))
     return state.model_copy(update=update)
 

@@ -76,6 +76,21 @@ def test_started_unknown_started_is_executing() -> None:
     assert next_step(state) is Step.SETTLE
 
 
+def test_the_runners_record_of_a_human_decision_keeps_who_decided_and_their_note() -> None:
+    for decision in ("confirmed", "failed", "retry"):
+        human = walk("proposed", "started", "unknown", f"resolved:{decision}")
+        echo = record(f"resolved:{decision}", 9).model_copy(
+            update={"resolved_by": "runner", "note": "resolved via inbox i1"}
+        )
+        state = fold(human, echo)
+        assert (state.decision, state.resolved_by, state.note) == (decision, "human:t", "checked"), decision
+        assert state.status is human.status and echo.id in state.applied
+    # A later decision (after the retry went unknown again) is a new one: its author and note count.
+    again = walk("proposed", "started", "unknown", "resolved:retry", "started", "unknown")
+    later = record("resolved:retry", 9).model_copy(update={"resolved_by": "human:u", "note": "twice"})
+    assert (fold(again, later).resolved_by, fold(again, later).note) == ("human:u", "twice")
+
+
 def test_late_records_never_undo_an_outcome_nor_go_to_the_dlq() -> None:
     for late in ("proposed", "started", "failed", "unknown", "resolved:failed", "resolved:retry"):
         state = walk("proposed", "started", "confirmed", late)
