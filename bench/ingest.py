@@ -197,7 +197,10 @@ def run(ctx: BenchContext) -> Figures:
     settings = settings.model_copy(
         update={
             "store_url": f"sqlite:///{(settings.data_dir / 'store.db').resolve()}",
-            "api": settings.api.model_copy(update={"keys": {API_KEY: "bench"}}),
+            # one API process sized for its clients: every stream may wait on the broker at once
+            "api": settings.api.model_copy(
+                update={"keys": {API_KEY: "bench"}, "publish_concurrency": 2 * STREAMS}
+            ),
         }
     )
     settings.data_dir.mkdir(parents=True, exist_ok=True)
@@ -225,6 +228,7 @@ def run(ctx: BenchContext) -> Figures:
         drop_namespace(settings)
     ctx.notes.append(
         f"ingest: {STREAMS} conversations posting batches of {BATCH} at once (keep-alive HTTP/1.1, one "
-        "client process) on the same 2 cores as the API process and the broker"
+        f"client process) on the same 2 cores as the API process and the broker; "
+        f"CONVDB_API__PUBLISH_CONCURRENCY={2 * STREAMS}"
     )
     return {key: median(values) for key, values in runs.items()}

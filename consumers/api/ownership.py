@@ -16,12 +16,13 @@ record, so the loser is answered 404 too, never 202.
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 
 import sqlalchemy as sa
-from confluent_kafka import Consumer, KafkaError, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
 from consumers.errors import ConsumerError
 from consumers.store import stored_offsets
@@ -33,6 +34,8 @@ from schemas import Codec
 from schemas.errors import SchemaError
 from schemas.topics import EVENTS, INBOX
 
+COMMITTED_ATTEMPTS = 5
+"""Tries at the runners' committed offset while the broker answers with a retriable error."""
 VIEWS = "views"
 """The projector whose stored offsets say how far the read side has folded the events."""
 
@@ -108,8 +111,18 @@ class LogOwnership:
                 # The runners' group id, to read what they committed; this consumer never joins the
                 # group (no subscribe) and never commits.
                 self._committed = make_consumer(self.settings, self.settings.group("runner"))
-            found = self._committed.committed([TopicPartition(inbox, partition)], timeout=10)
-        return max(found[0].offset, 0)
+            attempt = 1
+            while True:
+                try:
+                    found = self._committed.committed([TopicPartition(inbox, partition)], timeout=10)
+                    return max(found[0].offset, 0)
+                except KafkaException as exc:
+                    # e.g. NOT_COORDINATOR while a fresh broker elects the group's coordinator
+                    error = exc.args[0]
+                    if not error.retriable() or attempt == COMMITTED_ATTEMPTS:
+                        raise OwnershipUnknownError(f"runners' position in {inbox}: {error.str()}") from exc
+                time.sleep(0.2 * attempt)
+                attempt += 1
 
     def _views_position(self, partition: int) -> int:
         events = EVENTS.name(self.settings.namespace)
