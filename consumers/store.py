@@ -138,25 +138,35 @@ def _postgres_engine(url: sa.URL, writer: bool) -> Engine:
     return engine
 
 
-def insert_for(conn: Connection, table: sa.Table) -> Any:
-    """The dialect's INSERT construct (it has `on_conflict_do_*` on both backends)."""
-    if conn.dialect.name == "postgresql":
-        return postgresql.insert(table)
-    return sqlite.insert(table)
-
-
 def upsert(conn: Connection, table: sa.Table, rows: Sequence[Mapping[str, Any]], keys: Sequence[str]) -> None:
     """Insert rows, replacing the non-key columns of rows whose `keys` already exist."""
     if not rows:
         return
-    stmt = insert_for(conn, table)
-    update = {c: stmt.excluded[c] for c in rows[0] if c not in keys}
-    stmt = (
-        stmt.on_conflict_do_update(index_elements=list(keys), set_=update)
-        if update
-        else (stmt.on_conflict_do_nothing(index_elements=list(keys)))
-    )
-    conn.execute(stmt, list(rows))
+    conn.execute(_upsert_statement(conn.dialect.name, table, tuple(rows[0]), tuple(keys), True), list(rows))
+
+
+_UPSERTS: dict[tuple[str, sa.Table, tuple[str, ...], tuple[str, ...], bool], Any] = {}
+
+
+def _upsert_statement(
+    dialect: str, table: sa.Table, columns: tuple[str, ...], keys: tuple[str, ...], replace: bool
+) -> Any:
+    # Built once per shape: building it (its `excluded` alias, the cache key) cost ~1 ms per
+    # call, several calls per batch: most of a small (live, low-rate) batch's store time.
+    cache_key = (dialect, table, columns, keys, replace)
+    stmt = _UPSERTS.get(cache_key)
+    if stmt is None:
+        stmt = postgresql.insert(table) if dialect == "postgresql" else sqlite.insert(table)
+        update = {c: stmt.excluded[c] for c in columns if c not in keys} if replace else {}
+        stmt = (
+            stmt.on_conflict_do_update(index_elements=list(keys), set_=update)
+            if update
+            else stmt.on_conflict_do_nothing(index_elements=list(keys))
+        )
+        if len(_UPSERTS) > 256:  # shapes are few (one per table); bounded all the same
+            _UPSERTS.clear()
+        _UPSERTS[cache_key] = stmt
+    return stmt
 
 
 def insert_ignore(
@@ -164,7 +174,7 @@ def insert_ignore(
 ) -> None:
     """Insert rows, skipping those whose `keys` already exist (idempotent append)."""
     if rows:
-        stmt = insert_for(conn, table).on_conflict_do_nothing(index_elements=list(keys))
+        stmt = _upsert_statement(conn.dialect.name, table, tuple(rows[0]), tuple(keys), False)
         conn.execute(stmt, list(rows))
 
 
@@ -228,6 +238,20 @@ def stored_offsets(
     return {(c, t, p): n for c, t, p, n in rows if (t, p) in wanted}
 
 
+_OFFSET_COLUMNS = (offsets.c.consumer, offsets.c.topic, offsets.c.partition, offsets.c.next_offset)
+_LOCK = (
+    sa.select(*_OFFSET_COLUMNS)
+    .where(
+        offsets.c.consumer.in_(sa.bindparam("consumers", expanding=True)),
+        offsets.c.topic.in_(sa.bindparam("topics", expanding=True)),
+        offsets.c.partition.in_(sa.bindparam("partitions", expanding=True)),
+    )
+    .order_by(*_OFFSET_COLUMNS[:3])
+)
+"""The offset rows a batch advances (built once: a batch of the live rate is small)."""
+_LOCK_FOR_UPDATE = _LOCK.with_for_update()
+
+
 def lock_offsets(conn: Connection, keys: Iterable[TopicPartitionKey]) -> dict[TopicPartitionKey, int]:
     """Lock (PostgreSQL: FOR UPDATE, in key order) and read the offsets a batch will advance.
 
@@ -241,19 +265,13 @@ def lock_offsets(conn: Connection, keys: Iterable[TopicPartitionKey]) -> dict[To
         return {}
     rows = [{"consumer": n, "topic": t, "partition": p, "next_offset": -1} for n, t, p in wanted]
     insert_ignore(conn, offsets, rows, ["consumer", "topic", "partition"])
-    cols = (offsets.c.consumer, offsets.c.topic, offsets.c.partition, offsets.c.next_offset)
-    query = (
-        sa.select(*cols)
-        .where(
-            offsets.c.consumer.in_(sorted({n for n, _, _ in wanted})),
-            offsets.c.topic.in_(sorted({t for _, t, _ in wanted})),
-            offsets.c.partition.in_(sorted({p for _, _, p in wanted})),
-        )
-        .order_by(*cols[:3])
-    )
-    if conn.dialect.name == "postgresql":
-        query = query.with_for_update()
-    found = {(c, t, p): n for c, t, p, n in conn.execute(query).all()}
+    query = _LOCK_FOR_UPDATE if conn.dialect.name == "postgresql" else _LOCK
+    params = {
+        "consumers": sorted({n for n, _, _ in wanted}),
+        "topics": sorted({t for _, t, _ in wanted}),
+        "partitions": sorted({p for _, _, p in wanted}),
+    }
+    found = {(c, t, p): n for c, t, p, n in conn.execute(query, params).all()}
     return {k: found.get(k, -1) for k in wanted}
 
 
