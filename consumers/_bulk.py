@@ -15,9 +15,9 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
-__all__ = ["bulk_insert"]
+__all__ = ["bulk_insert", "plain_columns", "sqlite_upsert"]
 
-_SQL_CACHE: dict[tuple[str, tuple[str, ...], tuple[str, ...] | None, int], str] = {}
+_SQL_CACHE: dict[tuple[str, tuple[str, ...], tuple[str, ...], bool, int], str] = {}
 
 
 def bulk_insert(
@@ -40,14 +40,49 @@ def bulk_insert(
     if conn.dialect.name == "postgresql":
         _copy_insert(conn, table, columns, rows, ignore_conflicts_on)
         return
-    keys = tuple(ignore_conflicts_on) if ignore_conflicts_on else None
+    _sqlite_insert(conn, table, tuple(columns), rows, tuple(ignore_conflicts_on or ()), replace=False)
+
+
+def sqlite_upsert(
+    conn: Connection,
+    table: sa.Table,
+    columns: Sequence[str],
+    rows: Sequence[tuple[Any, ...]],
+    keys: Sequence[str],
+) -> None:
+    """Positional rows straight to SQLite, replacing the other columns of rows whose `keys` exist.
+
+    For tables of plain column types only (`plain_columns`): the driver gets the values as they are.
+    """
+    if rows:
+        _sqlite_insert(conn, table, tuple(columns), rows, tuple(keys), replace=True)
+
+
+def plain_columns(table: sa.Table, columns: Sequence[str]) -> bool:
+    """Whether SQLAlchemy would hand these columns' values to SQLite unchanged (no bind processing)."""
+    return all(
+        isinstance(table.c[c].type, _PLAIN) and not isinstance(table.c[c].type, sa.Enum) for c in columns
+    )
+
+
+_PLAIN = (sa.Integer, sa.Float, sa.String, sa.LargeBinary)
+
+
+def _sqlite_insert(
+    conn: Connection,
+    table: sa.Table,
+    columns: tuple[str, ...],
+    rows: Sequence[tuple[Any, ...]],
+    keys: tuple[str, ...],
+    replace: bool,
+) -> None:
     driver = conn.connection.driver_connection
     per_statement = max(1, driver.getlimit(sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER) // len(columns))  # type: ignore[union-attr]
     cursor = driver.cursor()  # type: ignore[union-attr]
     try:
         for start in range(0, len(rows), per_statement):
             chunk = rows[start : start + per_statement]
-            sql = _sqlite_sql(conn, table, tuple(columns), keys, len(chunk))
+            sql = _sqlite_sql(conn, table, columns, keys, replace, len(chunk))
             with _as_sqlalchemy_error(sql, sqlite3.Error):
                 cursor.execute(sql, list(itertools.chain.from_iterable(chunk)))
     finally:
@@ -70,17 +105,24 @@ def _as_sqlalchemy_error(
 
 
 def _sqlite_sql(
-    conn: Connection, table: sa.Table, columns: tuple[str, ...], keys: tuple[str, ...] | None, count: int
+    conn: Connection,
+    table: sa.Table,
+    columns: tuple[str, ...],
+    keys: tuple[str, ...],
+    replace: bool,
+    count: int,
 ) -> str:
-    cache_key = (table.name, columns, keys, count)
+    cache_key = (table.name, columns, keys, replace, count)
     sql = _SQL_CACHE.get(cache_key)
     if sql is None:
         quote = conn.dialect.identifier_preparer.quote
         names = ", ".join(quote(c) for c in columns)
         marks = "(" + ", ".join(["?"] * len(columns)) + ")"
         sql = f"INSERT INTO {quote(table.name)} ({names}) VALUES " + ", ".join([marks] * count)
+        updated = [f"{quote(c)} = excluded.{quote(c)}" for c in columns if c not in keys] if replace else []
         if keys:
-            sql += f" ON CONFLICT ({', '.join(quote(k) for k in keys)}) DO NOTHING"
+            action = f"UPDATE SET {', '.join(updated)}" if updated else "NOTHING"
+            sql += f" ON CONFLICT ({', '.join(quote(k) for k in keys)}) DO {action}"
         if len(_SQL_CACHE) > 256:  # batch remainders vary in size: keep the cache bounded
             _SQL_CACHE.clear()
         _SQL_CACHE[cache_key] = sql

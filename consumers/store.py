@@ -24,7 +24,11 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import ArgumentError, SQLAlchemyError
 
-from consumers._bulk import bulk_insert  # noqa: F401 - re-exported: part of the store API
+from consumers._bulk import (
+    bulk_insert,  # noqa: F401 - re-exported: part of the store API
+    plain_columns,
+    sqlite_upsert,
+)
 from consumers.errors import StoreError
 
 if TYPE_CHECKING:
@@ -142,7 +146,12 @@ def upsert(conn: Connection, table: sa.Table, rows: Sequence[Mapping[str, Any]],
     """Insert rows, replacing the non-key columns of rows whose `keys` already exist."""
     if not rows:
         return
-    conn.execute(_upsert_statement(conn.dialect.name, table, tuple(rows[0]), tuple(keys), True), list(rows))
+    columns = tuple(rows[0])
+    if conn.dialect.name == "sqlite" and plain_columns(table, columns):
+        # Straight to the driver: SQLAlchemy's per-statement work was most of a live batch's upserts.
+        sqlite_upsert(conn, table, columns, [tuple(row[c] for c in columns) for row in rows], keys)
+        return
+    conn.execute(_upsert_statement(conn.dialect.name, table, columns, tuple(keys), True), list(rows))
 
 
 _UPSERTS: dict[tuple[str, sa.Table, tuple[str, ...], tuple[str, ...], bool], Any] = {}
@@ -255,7 +264,7 @@ _LOCK_FOR_UPDATE = _LOCK.with_for_update()
 def lock_offsets(conn: Connection, keys: Iterable[TopicPartitionKey]) -> dict[TopicPartitionKey, int]:
     """Lock (PostgreSQL: FOR UPDATE, in key order) and read the offsets a batch will advance.
 
-    Missing rows are created at -1 first so that there is a row to lock: two consumers that
+    Missing rows are created at -1, then locked, so that there is a row to lock: two consumers that
     both think they own a partition are serialized here, and the later one sees the newer
     offsets and skips what the first one stored. SQLite writers are serialized by BEGIN
     IMMEDIATE already.
@@ -263,8 +272,6 @@ def lock_offsets(conn: Connection, keys: Iterable[TopicPartitionKey]) -> dict[To
     wanted = sorted(set(keys))
     if not wanted:
         return {}
-    rows = [{"consumer": n, "topic": t, "partition": p, "next_offset": -1} for n, t, p in wanted]
-    insert_ignore(conn, offsets, rows, ["consumer", "topic", "partition"])
     query = _LOCK_FOR_UPDATE if conn.dialect.name == "postgresql" else _LOCK
     params = {
         "consumers": sorted({n for n, _, _ in wanted}),
@@ -272,6 +279,11 @@ def lock_offsets(conn: Connection, keys: Iterable[TopicPartitionKey]) -> dict[To
         "partitions": sorted({p for _, _, p in wanted}),
     }
     found = {(c, t, p): n for c, t, p, n in conn.execute(query, params).all()}
+    missing = [k for k in wanted if k not in found]
+    if missing:  # only a partition's first batch: the rows to lock are created, then locked
+        rows = [{"consumer": n, "topic": t, "partition": p, "next_offset": -1} for n, t, p in missing]
+        insert_ignore(conn, offsets, rows, ["consumer", "topic", "partition"])
+        found = {(c, t, p): n for c, t, p, n in conn.execute(query, params).all()}
     return {k: found.get(k, -1) for k in wanted}
 
 
