@@ -209,6 +209,7 @@ class ApacheKafka:
             self._java(libs, "kafka.Kafka", str(node.config), cds=(cds,) if cds else ()),
             node.log,
             detached=detached,
+            infrastructure=True,
         ).pid
         node.starts += 1
 

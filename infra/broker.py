@@ -61,7 +61,9 @@ class EmbeddedBroker:
             "--storage-engine",
             self.storage,
         ]
-        self.proc = spawn(argv, self.log_path, {"RUST_LOG": "warn", **self.env}, detached=detached)
+        self.proc = spawn(
+            argv, self.log_path, {"RUST_LOG": "warn", **self.env}, detached=detached, infrastructure=True
+        )
         try:
             wait_for_port(self.proc, self.port, timeout, "embedded broker (tansu)", self.log_path)
         except InfraError as exc:

@@ -50,6 +50,9 @@ class BrokerCapabilities:
     """The KIP-848 `group.protocol=consumer` rebalance protocol (the classic one works on both)."""
     short_session_timeouts: bool
     """Consumer session timeouts below 6 s are accepted (Kafka's group.min.session.timeout.ms)."""
+    group_survives_members_leaving_together: bool
+    """When the last members of a group leave while the first one's leave is still rebalancing the
+    group, a new member later gets its assignment (Tansu 0.6 never assigns it: the group is stuck)."""
 
 
 APACHE = BrokerCapabilities(
@@ -69,6 +72,7 @@ APACHE = BrokerCapabilities(
     create_partitions=True,
     consumer_group_protocol=True,
     short_session_timeouts=False,
+    group_survives_members_leaving_together=True,
 )
 """Apache Kafka (the reference), as launched by infra/apache.py or any real cluster."""
 
@@ -89,6 +93,7 @@ EMBEDDED = BrokerCapabilities(
     create_partitions=False,
     consumer_group_protocol=False,
     short_session_timeouts=True,
+    group_survives_members_leaving_together=False,
 )
 """The embedded Tansu broker (memory storage), INFRA-NOTES §1.3–1.6."""
 

@@ -8,6 +8,7 @@ import signal
 import socket
 import subprocess
 import time
+import weakref
 from pathlib import Path
 
 from infra.errors import InfraError
@@ -35,13 +36,23 @@ def _die_with_parent() -> None:
     ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)
 
 
+_CHILDREN: weakref.WeakSet[subprocess.Popen[bytes]] = weakref.WeakSet()
+"""Children `spawn` started that die with us and are not infrastructure, for `terminate_children`."""
+
+
 def spawn(
-    argv: list[str], log_path: Path, env: dict[str, str] | None = None, *, detached: bool = False
+    argv: list[str],
+    log_path: Path,
+    env: dict[str, str] | None = None,
+    *,
+    detached: bool = False,
+    infrastructure: bool = False,
 ) -> subprocess.Popen[bytes]:
-    """Start a child in its own session; it dies with us unless `detached`."""
+    """Start a child in its own session; it dies with us unless `detached`. `infrastructure` (a
+    broker, S3) is left out of `terminate_children`: the others need it to stop cleanly."""
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with open(log_path, "ab") as log:
-        return subprocess.Popen(
+        proc = subprocess.Popen(
             argv,
             stdout=log,
             stderr=subprocess.STDOUT,
@@ -50,6 +61,20 @@ def spawn(
             start_new_session=True,
             preexec_fn=None if detached else _die_with_parent,
         )
+    if not detached and not infrastructure:
+        _CHILDREN.add(proc)
+    return proc
+
+
+def terminate_children() -> None:
+    """SIGTERM every live child `spawn` started (neither detached nor infrastructure) at once, so
+    that stopping them one by one afterwards takes as long as the slowest, not the sum of all."""
+    for proc in list(_CHILDREN):
+        if proc.poll() is None:
+            try:
+                os.killpg(proc.pid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
 
 
 def wait_for_port(

@@ -75,7 +75,7 @@ class EmbeddedS3:
             "-admin.ui=false", "-s3.port.iceberg=0", "-s3.port.lance=0", "-master.telemetry=false",
             f"-bucket={self.bucket}",
         ]  # fmt: skip
-        self.proc = spawn(argv, self.log_path, detached=detached)
+        self.proc = spawn(argv, self.log_path, detached=detached, infrastructure=True)
         self._wait_ready(timeout)
         return self
 

@@ -15,9 +15,10 @@ from typing import Any
 
 import httpx
 
+from infra.cli._demo_read import runner_env
 from infra.cli._demo_story import CrashStory, read_story, tell
 from infra.errors import InfraError
-from infra.procs import free_port, port_open, spawn, stop_group, tail, wait_for_port
+from infra.procs import free_port, port_open, spawn, stop_group, tail, terminate_children, wait_for_port
 from infra.settings import Settings
 
 CRASH_TASK = "\n".join(
@@ -69,7 +70,7 @@ class CrashAct:
             "--tracker-url",
             self.tracker_url,
         ]
-        proc = spawn(argv, self.run_dir / f"{name}.log", {**self.settings.to_env(), **env})
+        proc = spawn(argv, self.run_dir / f"{name}.log", {**runner_env(self.settings, self.run_dir), **env})
         self.runners.append(proc)
         return proc
 
@@ -149,7 +150,6 @@ def finish(
     keep: bool,
     as_json: bool,
     summarize: Callable[[], dict[str, Any]],
-    crash_act: bool = True,
 ) -> None:
     """Play the crash act, then print the summary (`--json`) or the story; with `keep`, wait for Ctrl-C."""
     from rich.console import Console
@@ -159,8 +159,8 @@ def finish(
     act = CrashAct(settings, provider.url, workspace, run_dir)
     try:
         with httpx.Client(base_url=console_url, headers={"X-API-Key": DEMO_KEY}, timeout=30) as api:
-            crash = act.run(api, provider) if crash_act else None
-            parts.crash_resume = crash.as_json() if crash else {}
+            crash = act.run(api, provider)
+            parts.crash_resume = crash.as_json()
             summary = summarize()
             if as_json:
                 print(json.dumps(summary), flush=True)
@@ -179,3 +179,4 @@ def _wait_for_ctrl_c() -> None:
             time.sleep(3600)
     except KeyboardInterrupt:
         print("\nStopping the demo stack.", flush=True)
+        terminate_children()  # all at once; each is then waited for in turn

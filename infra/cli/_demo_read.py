@@ -33,6 +33,13 @@ def demo_settings(settings: Settings, run_dir: Path, tenant: str) -> Settings:
     return settings.model_copy(update={"api": api, "archive": archive, "store_url": store_url})
 
 
+def runner_env(settings: Settings, run_dir: Path) -> dict[str, str]:
+    """Environment of a demo's runner process: its snapshot store in the run's directory. The
+    embedded broker does not outlive the command, so a store kept under the data dir would describe
+    a broker gone (and a runner restoring from it would wait for records that never come)."""
+    return settings.model_copy(update={"data_dir": run_dir}).to_env()
+
+
 @contextmanager
 def services(settings: Settings, log_dir: Path) -> Iterator[None]:
     """`convdb consume <projectors>` and `convdb consume archive` as child processes."""

@@ -201,18 +201,10 @@ def _demo(args: argparse.Namespace) -> int:
                 keep=args.keep,
                 as_json=args.json,
                 summarize=lambda: build_summary(parts),
-                crash_act=_plays_crash_act(live, args.runners),
             )
     finished = all(s == "finished" for s in parts.statuses.values())
-    resumed = not _plays_crash_act(live, args.runners) or parts.crash_resume.get("status") == "finished"
+    resumed = parts.crash_resume.get("status") == "finished"
     return 0 if finished and resumed else 1
-
-
-def _plays_crash_act(settings: Settings, runners: int) -> bool:
-    """The crash act runs after the conversations, always but in one case: runner processes on the
-    embedded broker. After runner processes left its group, the embedded broker (Tansu) was seen
-    not to assign the crash act's new runner for minutes; Apache Kafka does not do that."""
-    return runners == 1 or not settings.kafka.embedded
 
 
 def _last_seqs(parts: DemoParts) -> dict[str, int]:

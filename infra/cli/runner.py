@@ -7,12 +7,16 @@ Each prints JSON status lines (assigned, takeover, fenced, ...) and stops on SIG
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 import time
 from pathlib import Path
+from subprocess import Popen
 from typing import TYPE_CHECKING
 
+from infra.capabilities import capabilities
 from infra.cli._common import SECRETS_FILE_HELP, UsageError, load_settings, require_broker, with_secrets_file
+from infra.cli._demo_read import runner_env
 from infra.procs import spawn, stop_group
 from infra.reader import read_topic
 from infra.settings import Settings
@@ -75,19 +79,40 @@ def run_fleet_demo(
         tracker_url,
     ]
     logs = settings.data_dir.resolve() / "demo-runners"
-    # The runners' snapshot store lives in the run's directory: the embedded broker does not
-    # outlive the command, so a store kept under the data dir would describe a broker gone.
-    env = settings.model_copy(update={"data_dir": run_dir}).to_env()
-    procs = [spawn(argv, logs / f"runner-{i}.log", env) for i in range(runners)]
+    env = runner_env(settings, run_dir)
+    procs = [(spawn(argv, logs / f"runner-{i}.log", env), logs / f"runner-{i}.log") for i in range(runners)]
     try:
         statuses = _wait_until_stopped(settings, codec, set(ids), started + 180)
     finally:
-        for proc in procs:
-            stop_group(proc.pid, timeout=10.0)
+        _stop_runners(settings, procs)
     parts = demo.DemoParts(settings, ids, statuses)
     parts.events, parts.ledger = demo._read_back(settings, codec, set(ids))  # noqa: SLF001
     parts.seconds = time.monotonic() - started
     return parts
+
+
+def _stop_runners(settings: Settings, procs: list[tuple[Popen[bytes], Path]]) -> None:
+    """Stop the runner processes. On a broker whose group sticks when its last members leave while
+    a leave is still rebalancing it (the embedded one, `infra.capabilities`), one at a time: each
+    after the others took over its partitions, so that the runners that come later get assigned."""
+    settled = not capabilities(settings).group_survives_members_leaving_together
+    for i, (proc, _) in enumerate(procs):
+        left = time.time()
+        stop_group(proc.pid, timeout=10.0)
+        others = [log for _, log in procs[i + 1 :]]
+        deadline = time.monotonic() + 15
+        while settled and others and time.monotonic() < deadline:
+            if all(_assigned_since(log, left) for log in others):
+                break
+            time.sleep(0.2)
+
+
+def _assigned_since(log: Path, moment: float) -> bool:
+    """True when the runner writing `log` reported an assignment at or after `moment` (epoch s)."""
+    for line in reversed(log.read_text(errors="replace").splitlines()):
+        if line.startswith('{"event": "assigned"'):
+            return float(json.loads(line)["at"]) >= moment
+    return False
 
 
 def _wait_until_stopped(settings: Settings, codec: Codec, ids: set[str], deadline: float) -> dict[str, str]:

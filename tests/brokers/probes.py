@@ -302,6 +302,42 @@ def short_session_timeouts(bs: str) -> bool:
     return _joins(bs, 20.0, **{"session.timeout.ms": 2000, "heartbeat.interval.ms": 500})
 
 
+def group_survives_members_leaving_together(bs: str) -> bool:
+    """Two members of a group leave at once (the first leave starts a rebalance the second is still
+    in); a new member of that group then gets its assignment."""
+    topic = fresh_topic(bs, partitions=4)
+    conf = {
+        "bootstrap.servers": bs,
+        "group.id": f"probe-{uuid.uuid4().hex[:6]}",
+        "session.timeout.ms": 6000,
+        "heartbeat.interval.ms": 1000,
+    }
+    members = [Consumer(conf) for _ in range(2)]
+    for member in members:
+        member.subscribe([topic])
+
+    def both_assigned() -> bool:
+        for member in members:
+            member.poll(0.1)
+        return all(len(m.assignment()) == 2 for m in members)
+
+    if not until(both_assigned, 30):
+        raise AssertionError("the two members never shared the partitions")
+    for member in members:
+        member.close()
+    newcomer = Consumer(conf)
+    try:
+        newcomer.subscribe([topic])
+
+        def assigned() -> bool:
+            newcomer.poll(0.2)
+            return bool(newcomer.assignment())
+
+        return until(assigned, 20)
+    finally:
+        newcomer.close()
+
+
 PROBES: dict[str, Callable[[str], bool]] = {
     "idempotence": idempotence,
     "transactions": transactions,
@@ -317,5 +353,6 @@ PROBES: dict[str, Callable[[str], bool]] = {
     "create_partitions": create_partitions,
     "consumer_group_protocol": consumer_group_protocol,
     "short_session_timeouts": short_session_timeouts,
+    "group_survives_members_leaving_together": group_survives_members_leaving_together,
 }
 """Capability name -> probe on a shared broker (`idempotent_producer_survives_restart` needs its own)."""
