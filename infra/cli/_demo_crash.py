@@ -3,6 +3,7 @@ runner resuming the conversation; `convdb serve` for the user to watch it all.""
 
 from __future__ import annotations
 
+import faulthandler
 import json
 import sys
 import time
@@ -180,3 +181,5 @@ def _wait_for_ctrl_c() -> None:
     except KeyboardInterrupt:
         print("\nStopping the demo stack.", flush=True)
         terminate_children()  # all at once; each is then waited for in turn
+        # A stop that hangs says where: every thread's stack on stderr after a minute.
+        faulthandler.dump_traceback_later(60, exit=False)

@@ -20,8 +20,10 @@ from tests.console.conftest import csrf_of
 pytestmark = pytest.mark.kafka
 
 
-def _lines_until(proc: subprocess.Popen[str], marker: str, timeout: float) -> str:
-    """Everything the process printed until a line containing `marker` (fails on timeout or exit)."""
+def _lines_until(proc: subprocess.Popen[str], marker: str, timeout: float) -> tuple[str, list[str]]:
+    """Everything the process printed until a line containing `marker` (fails on timeout or exit),
+    and the list its later lines go on arriving in: the pipe is read to the end, so the demo never
+    blocks writing to it (librdkafka logs to the same pipe)."""
     seen: list[str] = []
     done = threading.Event()
 
@@ -31,14 +33,13 @@ def _lines_until(proc: subprocess.Popen[str], marker: str, timeout: float) -> st
             seen.append(line)
             if marker in line:
                 done.set()
-                return
         done.set()
 
     threading.Thread(target=read, daemon=True).start()
     if not done.wait(timeout) or not any(marker in line for line in seen):
         proc.kill()
         pytest.fail(f"`convdb demo --keep` did not print {marker!r} in {timeout}s:\n{''.join(seen)[-4000:]}")
-    return "".join(seen)
+    return "".join(seen), seen
 
 
 def test_demo_story_then_keep_until_ctrl_c(settings: Settings, tmp_path: Path) -> None:
@@ -48,7 +49,7 @@ def test_demo_story_then_keep_until_ctrl_c(settings: Settings, tmp_path: Path) -
         argv, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1
     )
     try:
-        story = _lines_until(proc, "Press Ctrl-C", 300)
+        story, printed = _lines_until(proc, "Press Ctrl-C", 300)
         assert "2 agent conversations" in story and story.count("Summarise notes-") == 2
         assert "create_issue" in story and "the call answered (receipt trk-" in story
         assert "was SIGKILLed after the call" in story
@@ -66,7 +67,11 @@ def test_demo_story_then_keep_until_ctrl_c(settings: Settings, tmp_path: Path) -
             listed = browser.get("/").text
             assert listed.count("data-conversation-id=") == 3  # two tasks and the crash act
         proc.send_signal(signal.SIGINT)
-        assert proc.wait(90) == 0
+        try:
+            code = proc.wait(90)
+        except subprocess.TimeoutExpired:
+            pytest.fail(f"the demo did not stop within 90 s of Ctrl-C; it printed:\n{''.join(printed[-60:])}")
+        assert code == 0, "".join(printed[-60:])
     finally:
         if proc.poll() is None:
             proc.kill()
