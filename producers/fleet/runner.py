@@ -18,7 +18,7 @@ import time
 from collections.abc import Callable
 from typing import Any, TextIO
 
-from confluent_kafka import Consumer, KafkaError, Message, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
 from prometheus_client import CollectorRegistry
 
 from infra import tracing
@@ -74,6 +74,10 @@ class FleetRunner:
         self.owners: dict[int, PartitionOwner] = {}
         self._revoked: dict[int, PartitionOwner] = {}
         self._takeover: list[int] = []
+        self._unsynced: set[int] = set()
+        """Rebuilt partitions whose inbox position is not yet back at the committed offset."""
+        self._paused: set[int] = set()
+        """Partitions paused until `_resync` resets them (a pause may outlive a rebalance)."""
         self._generation = 0
         """Rebalances seen (records read before one may be stale)."""
         self.handled = 0
@@ -105,6 +109,8 @@ class FleetRunner:
     # -- rebalance callbacks -------------------------------------------------------------------
     def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         self._generation += 1
+        # (positions start at the committed offsets; a partition paused by `_rebuild` is resumed)
+        self._unsynced = {p for p in self._paused if p in {tp.partition for tp in partitions}}
         wanted = sorted(tp.partition for tp in partitions)
         for p in [p for p in self._revoked if p not in wanted]:
             self._revoked.pop(p).close()
@@ -123,6 +129,7 @@ class FleetRunner:
 
     def _on_revoke(self, _consumer: Consumer, partitions: list[TopicPartition]) -> None:
         self._generation += 1
+        self._unsynced.difference_update(tp.partition for tp in partitions)
         # Eager rebalance: nobody else can own these before our next assignment, so the writers are
         # kept (no re-init, no restore) in case the partitions come back.
         for tp in partitions:
@@ -135,6 +142,7 @@ class FleetRunner:
 
     def _on_lost(self, _consumer: Consumer, partitions: list[TopicPartition]) -> None:
         self._generation += 1
+        self._unsynced.difference_update(tp.partition for tp in partitions)
         for tp in partitions:
             owner = self.owners.pop(tp.partition, None)
             if owner is not None:
@@ -156,6 +164,8 @@ class FleetRunner:
         )
         try:
             while True:
+                if self._unsynced:
+                    self._resync()
                 self._take_over()
                 if stop(self):
                     break
@@ -223,9 +233,35 @@ class FleetRunner:
         owner = PartitionOwner(self.ctx, partition, self.consumer)
         self.emit("restored", **owner.restore())
         self.owners[partition] = owner
-        committed = self.consumer.committed([TopicPartition(self.inbox, partition)], timeout=30)
-        self.consumer.seek(TopicPartition(self.inbox, partition, max(committed[0].offset, 0)))
         self._takeover.append(partition)
+        # Read the inbox again from the committed offset: what the failed transaction consumed.
+        try:
+            self._seek_committed(partition)
+        except KafkaException as exc:
+            # The group coordinator cannot answer (it died; our session ends, a rebalance comes):
+            # the partition waits, paused, and is tried again at each turn of the loop.
+            logger.warning("partition %d: inbox position not reset yet: %s", partition, exc.args[0])
+            self._paused.add(partition)
+            self._unsynced.add(partition)
+            try:
+                self.consumer.pause([TopicPartition(self.inbox, partition)])
+            except KafkaException:
+                pass  # not assigned any more: the next assignment starts at the committed offset
+
+    def _seek_committed(self, partition: int) -> None:
+        committed = self.consumer.committed([TopicPartition(self.inbox, partition)], timeout=10)
+        self.consumer.seek(TopicPartition(self.inbox, partition, max(committed[0].offset, 0)))
+
+    def _resync(self) -> None:
+        """Seek the partitions `_rebuild` could not reset back to their committed offsets, and resume them."""
+        for partition in sorted(self._unsynced):
+            try:
+                self._seek_committed(partition)
+                self.consumer.resume([TopicPartition(self.inbox, partition)])
+            except KafkaException:
+                continue
+            self._unsynced.discard(partition)
+            self._paused.discard(partition)
 
     def _drain(self) -> list[Message]:
         """The records the consumer already holds, without waiting (at most `inbox_batch` - 1)."""
