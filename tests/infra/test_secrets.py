@@ -9,7 +9,15 @@ from pathlib import Path
 import pytest
 
 from infra.logs import JsonFormatter, TextFormatter
-from infra.secrets import SecretsFileError, SecretsRegistry, load_secrets_file, redact_patterns, registry_for
+from infra.secrets import (
+    PATTERNS,
+    TRIGGERS,
+    SecretsFileError,
+    SecretsRegistry,
+    load_secrets_file,
+    redact_patterns,
+    registry_for,
+)
 from schemas import MessageEvent
 from tests.helpers import now
 
@@ -109,3 +117,9 @@ def test_records_are_made_writable_before_they_are_written() -> None:
         role="user", content="binary \x00 file \udc80 read",
     )  # fmt: skip
     assert SecretsRegistry().redact_record(event).content == "binary \ufffd file \ufffd read"
+
+
+def test_every_pattern_has_its_triggers() -> None:
+    """A pattern runs only on text holding one of its triggers: a pattern without any never would."""
+    assert set(TRIGGERS) == set(PATTERNS)
+    assert all(triggers and all(t == t.lower() for t in triggers) for triggers in TRIGGERS.values())
