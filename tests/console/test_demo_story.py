@@ -46,7 +46,16 @@ def test_demo_story_then_keep_until_ctrl_c(settings: Settings, tmp_path: Path) -
     env = {**{k: v for k, v in os.environ.items() if not k.startswith("CONVDB_")}, **settings.to_env()}
     argv = [sys.executable, "-m", "infra.cli.main", "demo", "--keep", "--conversations", "2"]
     proc = subprocess.Popen(
-        argv, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1
+        argv,
+        cwd=tmp_path,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        bufsize=1,
+        # Ctrl-C as a terminal delivers it: a test run started in the background of a shell without
+        # job control ignores SIGINT, and Python then never turns it into KeyboardInterrupt.
+        preexec_fn=_default_sigint,
     )
     try:
         story, printed = _lines_until(proc, "Press Ctrl-C", 300)
@@ -80,6 +89,10 @@ def test_demo_story_then_keep_until_ctrl_c(settings: Settings, tmp_path: Path) -
     while time.monotonic() < deadline and _port_open(url.group(1)):
         time.sleep(0.2)
     assert not _port_open(url.group(1)), "the console still answers after Ctrl-C"
+
+
+def _default_sigint() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def _port_open(base: str) -> bool:
