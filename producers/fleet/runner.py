@@ -109,9 +109,9 @@ class FleetRunner:
     # -- rebalance callbacks -------------------------------------------------------------------
     def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         self._generation += 1
-        # (positions start at the committed offsets; a partition paused by `_rebuild` is resumed)
-        self._unsynced = {p for p in self._paused if p in {tp.partition for tp in partitions}}
         wanted = sorted(tp.partition for tp in partitions)
+        # (positions start at the committed offsets; a partition paused by `_rebuild` is resumed)
+        self._unsynced = self._paused.intersection(wanted)
         for p in [p for p in self._revoked if p not in wanted]:
             self._revoked.pop(p).close()
         reports = []
