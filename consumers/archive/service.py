@@ -4,7 +4,8 @@ Not a `Projector` (it writes objects, not store rows): it runs its own loop in i
 `<namespace>.archive`. Exactly-once by construction: an object is uploaded under a key that is
 a pure function of its offset range, and only then is `end + 1` committed, synchronously. A
 crash in between makes the next owner re-read from the committed offset and re-upload the
-same key with the same bytes (see `sink.py` for why the boundaries recur).
+same key with the same bytes (see `sink.py` for why the boundaries recur). A commit the group
+coordinator cannot take (its broker died) waits and is retried; the service rides it out.
 """
 
 from __future__ import annotations
@@ -34,6 +35,17 @@ from schemas.topics import ALL_TOPICS
 logger = logging.getLogger(__name__)
 
 _REBALANCED = {KafkaError.REBALANCE_IN_PROGRESS, KafkaError.ILLEGAL_GENERATION, KafkaError.UNKNOWN_MEMBER_ID}
+_COORDINATOR_AWAY = {
+    KafkaError._WAIT_COORD,
+    KafkaError.COORDINATOR_NOT_AVAILABLE,
+    KafkaError.NOT_COORDINATOR,
+    KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
+    KafkaError._TRANSPORT,
+    KafkaError._TIMED_OUT,
+    KafkaError.REQUEST_TIMED_OUT,
+}
+"""Commit errors of a group coordinator that is moving (its broker died): the commit waits."""
+_COMMIT_RETRY_S = 1.0
 
 
 def raw_record(msg: Message) -> RawRecord:
@@ -64,6 +76,8 @@ class ArchiveConsumer:
         )
         self._crash_after_put = _crash_point(settings.archive.crash_at)
         self._committed: dict[tuple[str, int], int] = {}
+        self._deferred: dict[tuple[str, int], int] = {}
+        self._deferred_at = 0.0
         self._traced: dict[tuple[str, int], list[tuple[Any, dict[str, Any]]]] = {}
         self._observed = 0.0
 
@@ -90,6 +104,7 @@ class ArchiveConsumer:
                 self.assignment.check()
             for tp in self.sink.pending():
                 self._store(consumer, tp)
+            self._commit_deferred(consumer)
         finally:
             self.health.stopped = True
             consumer.close()
@@ -111,6 +126,8 @@ class ArchiveConsumer:
                 self._store(consumer, (msg.topic(), msg.partition()))
         for tp in self.sink.due():
             self._store(consumer, tp)
+        if self._deferred and time.monotonic() - self._deferred_at > _COMMIT_RETRY_S:
+            self._commit_deferred(consumer)
         if time.monotonic() - self._observed > 1.0:
             self._observe_lag(consumer)
 
@@ -131,15 +148,36 @@ class ArchiveConsumer:
         if self._crash_after_put and self.objects_stored >= self._crash_after_put:
             logger.error("crash point after_put:%d reached: SIGKILL before the commit", self.objects_stored)
             os.kill(os.getpid(), signal.SIGKILL)
-        try:
-            consumer.commit(offsets=[TopicPartition(*tp, stored.next_offset)], asynchronous=False)
-        except KafkaException as exc:
-            if exc.args[0].code() not in _REBALANCED:
-                raise
-            # The partition moved on: its next owner adopts the stored object's boundaries.
-            logger.warning("%s[%d]: commit of %d lost to a rebalance", *tp, stored.next_offset)
-            self.sink.revoke(tp)
+        self._commit(consumer, tp, stored.next_offset)
         return stored
+
+    def _commit(self, consumer: Consumer, tp: tuple[str, int], offset: int) -> None:
+        """Commit `offset` after a stored object; while the group coordinator moves, the commit waits.
+
+        A commit that never happens costs a re-upload, never a loss: the next owner re-reads from
+        the committed offset and stores the same key with the same bytes.
+        """
+        try:
+            consumer.commit(offsets=[TopicPartition(*tp, offset)], asynchronous=False)
+        except KafkaException as exc:
+            error = exc.args[0]
+            if error.code() in _REBALANCED:
+                # The partition moved on: its next owner adopts the stored object's boundaries.
+                logger.warning("%s[%d]: commit of %d lost to a rebalance", *tp, offset)
+                self.sink.revoke(tp)
+                self._deferred.pop(tp, None)
+                return
+            if error.code() not in _COORDINATOR_AWAY and not error.retriable():
+                raise
+            logger.warning("%s[%d]: commit of %d deferred: %s", *tp, offset, error.str())
+            self._deferred[tp] = offset
+            self._deferred_at = time.monotonic()
+            return
+        self._deferred.pop(tp, None)
+
+    def _commit_deferred(self, consumer: Consumer) -> None:
+        for tp, offset in list(self._deferred.items()):
+            self._commit(consumer, tp, offset)
 
     def _observe_lag(self, consumer: Consumer) -> None:
         # Lag from the fetch-reported watermark (never ListOffsets, wrong on the embedded broker).
@@ -167,6 +205,7 @@ class ArchiveConsumer:
             self.sink.revoke((p.topic, p.partition))
             self._traced.pop((p.topic, p.partition), None)
             self._committed.pop((p.topic, p.partition), None)
+            self._deferred.pop((p.topic, p.partition), None)
             self.metrics.forget(p.topic, p.partition)
         self.assignment.revoke((p.topic, p.partition) for p in partitions)
 
