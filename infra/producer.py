@@ -10,6 +10,7 @@ failed commit. Every record gets the current W3C trace context in its headers (`
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections.abc import Callable, Iterable
 from typing import Any
@@ -149,6 +150,10 @@ class DurableProducer:
         self._pending = pending
 
 
+class WedgedError(PublishError):
+    """A librdkafka call did not return within its deadline: the producer must be replaced."""
+
+
 class TransactionalProducer(DurableProducer):
     """Groups of records committed all-or-nothing under one `transactional.id`.
 
@@ -158,6 +163,8 @@ class TransactionalProducer(DurableProducer):
     def __init__(self, settings: Settings, transactional_id: str, init_timeout: float = 30.0) -> None:
         super().__init__(settings, Producer(producer_config(settings, transactional_id)))
         self.transactional_id = transactional_id
+        self.wedged = False
+        """True once a call outlived its deadline: nothing more may be asked of this producer."""
         try:
             self.producer.init_transactions(init_timeout)
         except KafkaException as exc:
@@ -178,18 +185,23 @@ class TransactionalProducer(DurableProducer):
         `PublishError`.
         """
         timeout = self._deadline if timeout is None else timeout
+        if self.wedged:
+            raise WedgedError(f"transactional.id {self.transactional_id}: the producer is wedged")
         self._pending.clear()
         try:
             self.producer.begin_transaction()
             produce()
             if offsets:
-                self.producer.send_offsets_to_transaction(offsets, group_metadata, timeout)
+                self._send_offsets(offsets, group_metadata, timeout)
             self.producer.commit_transaction(timeout)
         except KafkaException as exc:
             self._pending.clear()
             if exc.args[0].txn_requires_abort():
                 self._abort(timeout)
             raise transaction_error(self.transactional_id, step, exc) from exc
+        except WedgedError:
+            self._pending.clear()  # no abort: librdkafka refuses it while the stuck call runs
+            raise
         except BaseException:
             # Refused before anything was committed: end the open transaction so the next one can begin.
             self._pending.clear()
@@ -199,6 +211,41 @@ class TransactionalProducer(DurableProducer):
         for d in pending:
             d.raise_for_error()
         return pending
+
+    def _send_offsets(self, offsets: list[TopicPartition], group_metadata: Any, timeout: float) -> None:
+        """`send_offsets_to_transaction`, with a deadline librdkafka does not always keep.
+
+        When the group coordinator's broker dies, librdkafka 2.x can wait for it past the call's
+        timeout, until that broker is back (confluentinc/librdkafka#5456, #5511). Past the
+        deadline the producer is given up as wedged (`WedgedError`); its owner replaces it, and
+        the new producer's `init_transactions` aborts the stuck transaction.
+        """
+        producer, done, failure = self.producer, threading.Event(), list[BaseException]()
+
+        def call() -> None:
+            try:
+                producer.send_offsets_to_transaction(offsets, group_metadata, timeout)
+            except BaseException as exc:  # noqa: BLE001 - raised by the waiting caller
+                failure.append(exc)
+            finally:
+                done.set()
+
+        # A daemon thread: one that never returns holds the producer, not the process's exit.
+        threading.Thread(target=call, name=f"send-offsets {self.transactional_id}", daemon=True).start()
+        if not done.wait(timeout + 5.0):
+            self.wedged = True
+            logger.error(
+                "transactional.id %s: send_offsets_to_transaction still waiting after %.0f s (group "
+                "coordinator gone): giving this producer up",
+                self.transactional_id,
+                timeout + 5.0,
+            )
+            raise WedgedError(
+                f"transactional.id {self.transactional_id}: send_offsets_to_transaction did not return "
+                f"within {timeout + 5.0:.0f} s"
+            )
+        if failure:
+            raise failure[0]
 
     def _abort(self, timeout: float) -> None:
         try:
