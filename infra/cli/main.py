@@ -6,8 +6,10 @@ Exit codes: 0 success, 1 failure (infrastructure, or a check that failed), 2 bad
 from __future__ import annotations
 
 import argparse
+import faulthandler
 import importlib
 import os
+import signal
 import sys
 from typing import NoReturn
 
@@ -108,6 +110,8 @@ def main(argv: list[str] | None = None) -> int:
     service = service_name(args)
     configure_logging(ops, service=service is not None, verbose=args.verbose)
     if service is not None:
+        # `kill -USR1 PID` prints every thread's stack to stderr: what a stuck service is doing.
+        faulthandler.register(signal.SIGUSR1, all_threads=True)
         try:
             setup_tracing(service, llm=service == "runner")
         except (RuntimeError, ValueError) as exc:  # the SDK's words for a bad OTEL_* setting

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -53,6 +54,18 @@ class Pipeline:
     def dead(self) -> list[str]:
         """Names of processes that exited (none may: every service must ride out broker faults)."""
         return [name for name, p in self.procs.items() if not p.alive]
+
+    def show_logs(self) -> None:
+        """Print the end of every process's log, with its threads' stacks (for a failure's report)."""
+        for proc in self.procs.values():
+            if proc.alive and proc.argv[1:3] == ["-m", "infra.cli.main"]:
+                proc.dump_stacks()
+        time.sleep(1.0)
+        for name, proc in self.procs.items():
+            state = "alive" if proc.alive else "exited"
+            lines = [line for line in proc.log.read_text(errors="replace").splitlines() if line[:1] != "%"]
+            body = "\n".join(lines[-150:])  # librdkafka's own lines left out: the stacks matter here
+            print(f"\n--- {name} ({state}, started {proc.starts}x) ---\n{body}")
 
     def stop(self) -> None:
         """Stop every process."""

@@ -149,6 +149,10 @@ def run_workload(
             f"the idempotent producer failed across a broker restart: {feeder.error!r}"
         )
         check_outcome(pipeline, ids, figures)
+    except BaseException:
+        print(f"\nfigures so far: {json.dumps(figures)}")
+        pipeline.show_logs()
+        raise
     finally:
         pipeline.stop()
     return figures
@@ -157,13 +161,19 @@ def run_workload(
 def check_outcome(pipeline: Pipeline, ids: list[str], figures: dict[str, Any]) -> None:
     """Every expectation of the suite, with the figures recorded as they are measured."""
     settings = pipeline.settings
+    done: dict[str, str] = {}
 
     def finished() -> list[Any]:
         events = records(settings, EVENTS)
-        done = statuses(events)
+        done.update(statuses(events))
         return events if all(done.get(cid) == "finished" for cid in ids) else []
 
-    events: list[EventEnvelope] = wait_until(finished, 300, "every conversation finished")  # type: ignore[assignment]
+    try:
+        events: list[EventEnvelope] = wait_until(finished, 300, "every conversation finished")  # type: ignore[assignment]
+    except BaseException:
+        pending = {cid: done.get(cid) for cid in ids if done.get(cid) != "finished"}
+        print(f"\nunfinished conversations (last status): {pending}")
+        raise
     ours = [e for e in events if e.conversation_id in set(ids)]
     figures["events"] = len(events)
     lost = 0
@@ -204,6 +214,7 @@ def check_outcome(pipeline: Pipeline, ids: list[str], figures: dict[str, Any]) -
     assert all(p.starts == 1 for p in pipeline.procs.values()), "a service needed a restart"
 
 
+@pytest.mark.timeout(900)
 def test_broker_faults_lose_and_double_nothing(
     cluster: ApacheKafka, tmp_path: Path, s3_endpoint: S3Endpoint
 ) -> None:

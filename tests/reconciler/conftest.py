@@ -54,6 +54,11 @@ class Proc:
             stop_group(self.proc.pid, timeout=15)
             self.proc.wait(5)
 
+    def dump_stacks(self) -> None:
+        """Have a `convdb` service print its threads' stacks into its log (SIGUSR1)."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGUSR1)
+
     @property
     def alive(self) -> bool:
         """True while it runs."""
