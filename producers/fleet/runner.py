@@ -78,6 +78,12 @@ class FleetRunner:
         """Rebuilt partitions whose inbox position is not yet back at the committed offset."""
         self._paused: set[int] = set()
         """Partitions paused until `_resync` resets them (a pause may outlive a rebalance)."""
+        self._assigned: set[int] = set()
+        """The partitions the group gave this runner, as of the last rebalance callback."""
+        self._broken: dict[int, tuple[int, float]] = {}
+        """Partitions whose writer was dropped after a failed or fenced write: rebuilt after poll
+        number N, not before time T (`_rebuild_broken`), if the group still gives them to us."""
+        self._polls = 0
         self._generation = 0
         """Rebalances seen (records read before one may be stale)."""
         self.handled = 0
@@ -112,6 +118,9 @@ class FleetRunner:
         wanted = sorted(tp.partition for tp in partitions)
         # (positions start at the committed offsets; a partition paused by `_rebuild` is resumed)
         self._unsynced = self._paused.intersection(wanted)
+        self._assigned = set(wanted)
+        for p in wanted:
+            self._broken.pop(p, None)  # it gets a new writer below: the group's word is the latest
         for p in [p for p in self._revoked if p not in wanted]:
             self._revoked.pop(p).close()
         reports = []
@@ -130,6 +139,7 @@ class FleetRunner:
     def _on_revoke(self, _consumer: Consumer, partitions: list[TopicPartition]) -> None:
         self._generation += 1
         self._unsynced.difference_update(tp.partition for tp in partitions)
+        self._assigned.difference_update(tp.partition for tp in partitions)
         # Eager rebalance: nobody else can own these before our next assignment, so the writers are
         # kept (no re-init, no restore) in case the partitions come back.
         for tp in partitions:
@@ -143,6 +153,7 @@ class FleetRunner:
     def _on_lost(self, _consumer: Consumer, partitions: list[TopicPartition]) -> None:
         self._generation += 1
         self._unsynced.difference_update(tp.partition for tp in partitions)
+        self._assigned.difference_update(tp.partition for tp in partitions)
         for tp in partitions:
             owner = self.owners.pop(tp.partition, None)
             if owner is not None:
@@ -164,6 +175,8 @@ class FleetRunner:
         )
         try:
             while True:
+                if self._broken:
+                    self._rebuild_broken()
                 if self._unsynced:
                     self._resync()
                 self._take_over()
@@ -174,6 +187,7 @@ class FleetRunner:
                 if unassigned:
                     self.emit("unassigned", detail=unassigned)
                 msg = self.consumer.poll(poll_timeout)
+                self._polls += 1
                 if msg is not None:
                     self._handle_all([msg, *self._drain()])
         finally:
@@ -203,7 +217,7 @@ class FleetRunner:
             self.last_activity = time.monotonic()
 
     def _guarded(self, partition: int, work: Callable[[], object]) -> bool:
-        """Run work for a partition; on fencing drop it, on other publish errors rebuild it."""
+        """Run work for a partition; on a fenced or failed write, set the partition aside."""
         owner = self.owners.get(partition)
         if owner is None:
             return False
@@ -212,53 +226,88 @@ class FleetRunner:
             return True
         except FencedError as exc:
             logger.error(
-                "FENCED: partition %d (transactional.id %s) now belongs to a newer runner; dropping its "
-                "%d conversation(s) and writing nothing more for it: %s",
+                "FENCED: partition %d (transactional.id %s) was taken by another writer; dropping its "
+                "%d conversation(s) and writing nothing more for it unless the group still gives it to "
+                "this runner a session timeout from now: %s",
                 partition,
                 owner.transactional_id,
                 len(owner.conversations),
                 exc,
             )
             self.emit("fenced", partition=partition, transactional_id=owner.transactional_id)
-            self.owners.pop(partition, None)
-            owner.close()
-            self.consumer.pause([TopicPartition(self.inbox, partition)])
+            self._set_aside(partition, self._session_s)
         except PublishError as exc:
             logger.error("partition %d: write failed, restoring it from the log: %s", partition, exc)
-            self._rebuild(partition)
+            self._set_aside(partition, 0.0)
         return False
 
+    @property
+    def _session_s(self) -> float:
+        k = self.settings.kafka
+        return (k.embedded_session_timeout_ms if k.embedded else k.session_timeout_ms) / 1000
+
+    def _set_aside(self, partition: int, wait_s: float) -> None:
+        """Drop a partition's writer and pause it; it is rebuilt after the next poll, `wait_s` on.
+
+        The poll in between delivers a rebalance that happened meanwhile (a write blocked past
+        our session, or a fence by the partition's new owner), so a runner that lost the
+        partition does not rebuild it and fence its new owner. A fenced writer waits a whole
+        session: if the group still gives us the partition then, the fence came from a zombie.
+        """
+        owner = self.owners.pop(partition, None)
+        if owner is not None:
+            owner.close()
+        self._broken[partition] = (self._polls, time.monotonic() + wait_s)
+        self._paused.add(partition)
+        try:
+            self.consumer.pause([TopicPartition(self.inbox, partition)])
+        except KafkaException:
+            pass  # not assigned any more: the next assignment starts at the committed offset
+
+    def _rebuild_broken(self) -> None:
+        """Rebuild the set-aside partitions that are due and still ours (see `_set_aside`)."""
+        now = time.monotonic()
+        for partition, (polls, not_before) in sorted(self._broken.items()):
+            if partition not in self._assigned:
+                del self._broken[partition]
+                continue
+            if self._polls <= polls or now < not_before:
+                continue
+            try:
+                self._rebuild(partition)
+            except (PublishError, KafkaException) as exc:  # e.g. init_transactions timed out
+                logger.error("partition %d: not rebuilt yet: %s", partition, exc)
+                self._broken[partition] = (self._polls, time.monotonic() + 1.0)
+                continue
+            del self._broken[partition]
+
     def _rebuild(self, partition: int) -> None:
-        self.owners.pop(partition).close()
+        """A new writer for the partition (fencing the old one), its conversations restored from
+        the log, its inbox read again from the committed offset (`_resync`)."""
         owner = PartitionOwner(self.ctx, partition, self.consumer)
-        self.emit("restored", **owner.restore())
+        try:
+            report = owner.restore()
+        except BaseException:
+            owner.close()
+            raise
+        self.emit("restored", **report)
         self.owners[partition] = owner
         self._takeover.append(partition)
-        # Read the inbox again from the committed offset: what the failed transaction consumed.
-        try:
-            self._seek_committed(partition)
-        except KafkaException as exc:
-            # The group coordinator cannot answer (it died; our session ends, a rebalance comes):
-            # the partition waits, paused, and is tried again at each turn of the loop.
-            logger.warning("partition %d: inbox position not reset yet: %s", partition, exc.args[0])
-            self._paused.add(partition)
-            self._unsynced.add(partition)
-            try:
-                self.consumer.pause([TopicPartition(self.inbox, partition)])
-            except KafkaException:
-                pass  # not assigned any more: the next assignment starts at the committed offset
+        self._unsynced.add(partition)
 
     def _seek_committed(self, partition: int) -> None:
         committed = self.consumer.committed([TopicPartition(self.inbox, partition)], timeout=10)
         self.consumer.seek(TopicPartition(self.inbox, partition, max(committed[0].offset, 0)))
 
     def _resync(self) -> None:
-        """Seek the partitions `_rebuild` could not reset back to their committed offsets, and resume them."""
+        """Seek rebuilt partitions back to their committed offsets, and resume them; one whose
+        offset cannot be read now (the group coordinator died) stays paused until a later turn."""
         for partition in sorted(self._unsynced):
             try:
                 self._seek_committed(partition)
                 self.consumer.resume([TopicPartition(self.inbox, partition)])
-            except KafkaException:
+            except KafkaException as exc:
+                logger.warning("partition %d: inbox position not reset yet: %s", partition, exc.args[0])
                 continue
             self._unsynced.discard(partition)
             self._paused.discard(partition)

@@ -79,6 +79,8 @@ class RunnerProc:
                 owned -= set(line["partitions"])
             elif line["event"] == "fenced":
                 owned.discard(line["partition"])
+            elif line["event"] == "restored":  # rebuilt after a failed write, or reclaimed
+                owned.add(line["partition"])
         return owned
 
     def stderr(self) -> str:
