@@ -41,14 +41,17 @@ def producer_config(settings: Settings, transactional_id: str | None = None) -> 
     return conf
 
 
+def group_timeouts_ms(settings: Settings) -> tuple[int, int]:
+    """The group session timeout and heartbeat interval for this broker kind, in ms."""
+    k = settings.kafka
+    if k.embedded:
+        return k.embedded_session_timeout_ms, k.embedded_heartbeat_interval_ms
+    return k.session_timeout_ms, k.heartbeat_interval_ms
+
+
 def consumer_config(settings: Settings, group_id: str, **overrides: Any) -> dict[str, Any]:
     """A manually committed, read-committed group consumer with profile-appropriate timeouts."""
-    k = settings.kafka
-    session, heartbeat = (
-        (k.embedded_session_timeout_ms, k.embedded_heartbeat_interval_ms)
-        if k.embedded
-        else (k.session_timeout_ms, k.heartbeat_interval_ms)
-    )
+    session, heartbeat = group_timeouts_ms(settings)
     conf = {
         **common_config(settings),
         "group.id": group_id,

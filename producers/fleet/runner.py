@@ -23,7 +23,7 @@ from prometheus_client import CollectorRegistry
 
 from infra import tracing
 from infra.dlq import error_headers
-from infra.kafka import make_consumer
+from infra.kafka import group_timeouts_ms, make_consumer
 from infra.liveness import AssignmentWatch
 from infra.logs import log_context
 from infra.ops import Health
@@ -235,16 +235,11 @@ class FleetRunner:
                 exc,
             )
             self.emit("fenced", partition=partition, transactional_id=owner.transactional_id)
-            self._set_aside(partition, self._session_s)
+            self._set_aside(partition, group_timeouts_ms(self.settings)[0] / 1000)
         except PublishError as exc:
             logger.error("partition %d: write failed, restoring it from the log: %s", partition, exc)
             self._set_aside(partition, 0.0)
         return False
-
-    @property
-    def _session_s(self) -> float:
-        k = self.settings.kafka
-        return (k.embedded_session_timeout_ms if k.embedded else k.session_timeout_ms) / 1000
 
     def _set_aside(self, partition: int, wait_s: float) -> None:
         """Drop a partition's writer and pause it; it is rebuilt after the next poll, `wait_s` on.
@@ -295,17 +290,15 @@ class FleetRunner:
         self._takeover.append(partition)
         self._unsynced.add(partition)
 
-    def _seek_committed(self, partition: int) -> None:
-        committed = self.consumer.committed([TopicPartition(self.inbox, partition)], timeout=10)
-        self.consumer.seek(TopicPartition(self.inbox, partition, max(committed[0].offset, 0)))
-
     def _resync(self) -> None:
         """Seek rebuilt partitions back to their committed offsets, and resume them; one whose
         offset cannot be read now (the group coordinator died) stays paused until a later turn."""
         for partition in sorted(self._unsynced):
+            tp = TopicPartition(self.inbox, partition)
             try:
-                self._seek_committed(partition)
-                self.consumer.resume([TopicPartition(self.inbox, partition)])
+                committed = self.consumer.committed([tp], timeout=10)
+                self.consumer.seek(TopicPartition(self.inbox, partition, max(committed[0].offset, 0)))
+                self.consumer.resume([tp])
             except KafkaException as exc:
                 logger.warning("partition %d: inbox position not reset yet: %s", partition, exc.args[0])
                 continue
