@@ -7,6 +7,7 @@ observed refusal or once its deadline passed without the behaviour; it never ass
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
 import uuid
 from collections.abc import Callable
@@ -302,9 +303,15 @@ def short_session_timeouts(bs: str) -> bool:
     return _joins(bs, 20.0, **{"session.timeout.ms": 2000, "heartbeat.interval.ms": 500})
 
 
-def group_survives_members_leaving_together(bs: str) -> bool:
+def group_survives_members_leaving_together(bs: str, attempts: int = 5) -> bool:
     """Two members of a group leave at once (the first leave starts a rebalance the second is still
-    in); a new member of that group then gets its assignment."""
+    in); a new member of that group then gets its assignment. Whether the leaves overlap is a race,
+    and a broker that sticks (Tansu 0.6) does so in about four tries of five: it survives only when
+    every one of `attempts` tries does, so that the probe does not pass on a lucky interleaving."""
+    return all(_group_survives_a_joint_leave(bs) for _ in range(attempts))
+
+
+def _group_survives_a_joint_leave(bs: str) -> bool:
     topic = fresh_topic(bs, partitions=4)
     conf = {
         "bootstrap.servers": bs,
@@ -323,8 +330,11 @@ def group_survives_members_leaving_together(bs: str) -> bool:
 
     if not until(both_assigned, 30):
         raise AssertionError("the two members never shared the partitions")
-    for member in members:
-        member.close()
+    leaving = [threading.Thread(target=member.close) for member in members]
+    for thread in leaving:
+        thread.start()
+    for thread in leaving:
+        thread.join()
     newcomer = Consumer(conf)
     try:
         newcomer.subscribe([topic])
