@@ -1,17 +1,25 @@
-"""Child processes with readiness waits: free ports, start, wait for a TCP port, stop."""
+"""Child processes with readiness waits (free ports, start, wait for a TCP port, stop), and a
+service's own stop on SIGTERM, bounded in time."""
 
 from __future__ import annotations
 
 import ctypes
+import logging
 import os
 import signal
 import socket
 import subprocess
+import sys
+import threading
 import time
 import weakref
+from collections.abc import Callable
 from pathlib import Path
+from types import FrameType
 
 from infra.errors import InfraError
+
+logger = logging.getLogger(__name__)
 
 
 def free_port() -> int:
@@ -125,3 +133,36 @@ def pid_alive(pid: int) -> bool:
     except ProcessLookupError:
         return False
     return True
+
+
+def on_stop_signal(stop: Callable[[], object], service: str, grace_s: float) -> None:
+    """On SIGTERM or SIGINT, call `stop` (the service finishes its batch, commits and leaves its
+    group) and give it `grace_s` to end before `exit_after` ends the process."""
+
+    def handler(signum: int, _frame: FrameType | None) -> None:
+        logger.warning("%s: signal %s, stopping (at most %.0f s)", service, signum, grace_s)
+        stop()
+        exit_after(grace_s, service)
+
+    signal.signal(signal.SIGTERM, handler)
+    signal.signal(signal.SIGINT, handler)
+
+
+_exit_timer = threading.Lock()
+
+
+def exit_after(grace_s: float, service: str) -> None:
+    """End this process (status 1) `grace_s` from now unless it ended before. A clean stop waits on
+    the brokers (commit, flush, leave the group), and with every broker gone a client can wait for
+    ever: an orphaned service then spins on its reconnects instead of ending. The first call arms
+    the timer; later ones (a second SIGTERM) leave it as it is."""
+    if not _exit_timer.acquire(blocking=False):
+        return
+
+    def expire() -> None:
+        time.sleep(grace_s)
+        logger.error("%s: still stopping %.0f s after the signal (brokers away?): exiting", service, grace_s)
+        sys.stderr.flush()
+        os._exit(1)
+
+    threading.Thread(target=expire, name="stop-deadline", daemon=True).start()

@@ -236,6 +236,13 @@ class OpsSettings(Section):
         description="A consumer-group member (runner, consumer, archive) without partitions this long "
         "says so: a WARNING log line, a /healthz problem (503), the convdb_group_unassigned_seconds gauge.",
     )
+    stop_grace_s: float = Field(
+        50.0,
+        description="A service told to stop (SIGTERM, SIGINT) that is still running this long after "
+        "exits at once with status 1: a clean stop waits on brokers that may be gone, and an "
+        "orphaned service would otherwise never end (inside the deployment files' 60 s grace; "
+        "their runners, which finish the run in hand, have 120 s and set 110).",
+    )
     log_format: Literal["text", "json"] = Field(
         "text", description="Log lines as text, or one JSON object per line (conversation, tenant, trace)."
     )

@@ -29,6 +29,7 @@ from infra import tracing
 from infra.kafka import make_consumer
 from infra.liveness import AssignmentWatch
 from infra.ops import Health
+from infra.procs import on_stop_signal
 from infra.settings import Settings
 from schemas.topics import ALL_TOPICS
 
@@ -222,7 +223,6 @@ def _crash_point(spec: str | None) -> int:
 def serve(settings: Settings) -> int:
     """Run the archive service until SIGTERM/SIGINT; returns the exit code."""
     stop = threading.Event()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, lambda *_: stop.set())
+    on_stop_signal(stop.set, "archive", settings.ops.stop_grace_s)
     ArchiveConsumer(settings).run(stop)
     return 0

@@ -1,6 +1,6 @@
 """The effect reconciler: a faust-streaming app over events, effects and receipts (DESIGN §7)."""
 
-from consumers.reconciler.app import CHANGELOG, INPUTS, build_app, faust_config
+from consumers.reconciler.app import CHANGELOG, INPUTS, Worker, build_app, faust_config
 from consumers.reconciler.core import Reconciler
 from consumers.reconciler.resolvers import Resolver, ResolverUnavailableError, load_resolvers
 
@@ -10,6 +10,7 @@ __all__ = [
     "Reconciler",
     "Resolver",
     "ResolverUnavailableError",
+    "Worker",
     "build_app",
     "faust_config",
     "load_resolvers",

@@ -12,6 +12,7 @@ or pickle. The table's values are `OperationState` JSON (internal state, not a w
 from __future__ import annotations
 
 import logging
+import signal
 from collections.abc import Mapping
 from contextvars import ContextVar
 from types import MappingProxyType
@@ -23,6 +24,7 @@ from aiokafka.structs import TopicPartition
 from consumers.reconciler.core import Reconciler
 from consumers.reconciler.resolvers import Resolver, load_resolvers
 from infra.capabilities import capabilities
+from infra.procs import exit_after
 from infra.settings import Settings
 from schemas import make_codec
 from schemas.topics import DLQ, EFFECTS, EVENTS, RECEIPTS, Topic
@@ -154,3 +156,18 @@ def build_app(settings: Settings, resolvers: Mapping[str, Resolver] | None = Non
     app.reconciler = reconciler  # type: ignore[attr-defined]
     logger.info("reconciler app %s built; resolvers: %s", app.conf.id, sorted(reconciler.resolvers))
     return app
+
+
+class Worker(faust.Worker):
+    """faust's worker with a bounded stop: told to stop by a signal, it ends the process
+    `stop_grace_s` later if it still runs (`infra.procs.exit_after`). aiokafka's commit and group
+    leave wait for ever when every broker is gone, and an orphaned reconciler used to spin."""
+
+    def __init__(self, app: faust.App, *, stop_grace_s: float, **kwargs: Any) -> None:
+        super().__init__(app, **kwargs)
+        self.stop_grace_s = stop_grace_s
+
+    def _schedule_shutdown(self, signal: signal.Signals) -> None:
+        # mode's one entry for SIGTERM and SIGINT (its `_on_sigterm` / `_on_sigint` call it)
+        exit_after(self.stop_grace_s, "reconciler")
+        super()._schedule_shutdown(signal)

@@ -4,15 +4,14 @@ from __future__ import annotations
 
 import argparse
 import logging
-import signal
 import threading
-from types import FrameType
 
 from consumers import plugins
 from consumers.errors import PluginError
 from consumers.runner import Runner
 from infra.cli._common import UsageError, load_settings, port_or_zero, positive, require_broker
 from infra.ops import OpsServer, start_ops
+from infra.procs import on_stop_signal
 from infra.settings import Settings
 
 logger = logging.getLogger(__name__)
@@ -65,12 +64,7 @@ def _consume(args: argparse.Namespace) -> int:
     runner.metrics.stall_after_s = settings.ops.stall_after_s
     server = start_ops(settings.ops, f"consumer {name}", runner.metrics.registry, runner.metrics.report)
 
-    def _stop(signum: int, _frame: FrameType | None) -> None:
-        logger.warning("consumer %s: signal %s, finishing the batch", name, signum)
-        runner.stop()
-
-    signal.signal(signal.SIGTERM, _stop)
-    signal.signal(signal.SIGINT, _stop)
+    on_stop_signal(runner.stop, f"consumer {name}", settings.ops.stop_grace_s)
     logger.info("consumer %s: applying %s into %s", name, ", ".join(sorted(runner.topics)), runner.engine.url)
     try:
         runner.run()
@@ -82,8 +76,7 @@ def _consume(args: argparse.Namespace) -> int:
 def _serve(service: object, settings: Settings) -> int:
     """Run a consumer that has its own loop (`run(stop)`, e.g. the archive) until SIGTERM."""
     stop = threading.Event()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, lambda *_: stop.set())
+    on_stop_signal(stop.set, getattr(service, "name", "consumer"), settings.ops.stop_grace_s)
     registry, health = getattr(service, "metrics", None), getattr(service, "health", None)
     server = None
     if registry is not None and health is not None:

@@ -31,9 +31,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 
 def _reconcile(args: argparse.Namespace) -> int:
-    import faust  # imported here: faust is slow to import and only this command needs it
-
-    from consumers.reconciler import CHANGELOG, build_app
+    # imported here: faust is slow to import and only this command needs it
+    from consumers.reconciler import CHANGELOG, Worker, build_app
 
     settings = require_broker(load_settings())
     # Every topic, the changelog included, must exist with one partition count before anything
@@ -44,8 +43,9 @@ def _reconcile(args: argparse.Namespace) -> int:
     ops = start_ops(settings.ops, "reconciler", reconciler.metrics.registry, reconciler.health.report)
     level = args.log_level.upper() if args.log_level else level_of(settings.ops, service=True)
     # faust's worker replaces the process's logging set-up with its own: hand it convdb's.
-    worker = faust.Worker(
+    worker = Worker(
         app,
+        stop_grace_s=settings.ops.stop_grace_s,
         loglevel=level,
         logging_config=logging_config(settings.ops, level),
         quiet=True,

@@ -7,12 +7,13 @@ from __future__ import annotations
 
 import argparse
 import logging
-import signal
 import sys
+import threading
 import time
 from pathlib import Path
 
 from infra.ops import start_ops
+from infra.procs import on_stop_signal
 from infra.settings import Settings
 from producers.fleet.owner import FleetContext
 from producers.fleet.runner import FleetRunner, StopPoints
@@ -57,18 +58,14 @@ def build_context(
 def serve(ctx: FleetContext, idle_exit: float = 0.0) -> int:
     """Serve until SIGTERM/SIGINT, or `idle_exit` seconds without work (an assignment, a takeover,
     an inbox record) once partitions were first assigned."""
-    stopping = False
-
-    def on_term(*_: object) -> None:
-        nonlocal stopping
-        stopping = True
-
-    signal.signal(signal.SIGTERM, on_term)
-    signal.signal(signal.SIGINT, on_term)
+    stopping = threading.Event()
+    on_stop_signal(stopping.set, "runner", ctx.settings.ops.stop_grace_s)
 
     def stop(runner: FleetRunner) -> bool:
+        if stopping.is_set():
+            return True
         last = runner.last_activity
-        return stopping or bool(idle_exit and last is not None and time.monotonic() - last > idle_exit)
+        return bool(idle_exit and last is not None and time.monotonic() - last > idle_exit)
 
     runner = FleetRunner(ctx)
     server = start_ops(ctx.settings.ops, "runner", runner.registry, runner.health.report)
