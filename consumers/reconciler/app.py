@@ -24,6 +24,7 @@ from aiokafka.structs import TopicPartition
 from consumers.reconciler.core import Reconciler
 from consumers.reconciler.resolvers import Resolver, load_resolvers
 from infra.capabilities import capabilities
+from infra.kafka import group_timeouts_ms
 from infra.procs import exit_after
 from infra.settings import Settings
 from schemas import make_codec
@@ -52,10 +53,8 @@ _RAW: Mapping[str, str] = MappingProxyType({"key_serializer": "raw", "value_seri
 
 def faust_config(settings: Settings) -> dict[str, Any]:
     """faust App settings for this deployment (embedded broker: short timeouts, batches of one)."""
-    k = settings.kafka
     caps = capabilities(settings)
-    session_ms = k.embedded_session_timeout_ms if k.embedded else k.session_timeout_ms
-    heartbeat_ms = k.embedded_heartbeat_interval_ms if k.embedded else k.heartbeat_interval_ms
+    session_ms, heartbeat_ms = group_timeouts_ms(settings)
     servers = (settings.bootstrap_servers or "").split(",")
     conf: dict[str, Any] = {
         "broker": [f"kafka://{s.strip()}" for s in servers if s.strip()],
@@ -167,7 +166,7 @@ class Worker(faust.Worker):
         super().__init__(app, **kwargs)
         self.stop_grace_s = stop_grace_s
 
-    def _schedule_shutdown(self, signal: signal.Signals) -> None:
+    def _schedule_shutdown(self, sig: signal.Signals) -> None:
         # mode's one entry for SIGTERM and SIGINT (its `_on_sigterm` / `_on_sigint` call it)
         exit_after(self.stop_grace_s, "reconciler")
-        super()._schedule_shutdown(signal)
+        super()._schedule_shutdown(sig)

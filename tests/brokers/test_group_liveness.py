@@ -23,7 +23,7 @@ import httpx
 import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 
-from infra.kafka import apply_topics
+from infra.kafka import apply_topics, group_timeouts_ms
 from infra.liveness import AssignmentWatch
 from infra.procs import free_port
 from infra.settings import Settings
@@ -60,8 +60,7 @@ def test_the_watch_reports_a_member_without_partitions() -> None:
 
 def session_s(settings: Settings) -> float:
     """The consumer session timeout of this broker's profile, in seconds."""
-    k = settings.kafka
-    return (k.embedded_session_timeout_ms if k.embedded else k.session_timeout_ms) / 1000
+    return group_timeouts_ms(settings)[0] / 1000
 
 
 @pytest.fixture

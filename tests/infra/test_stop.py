@@ -10,8 +10,7 @@ from __future__ import annotations
 import signal
 import sys
 import time
-import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import httpx
@@ -23,8 +22,8 @@ from infra.kafka import apply_topics
 from infra.procs import free_port
 from infra.settings import Settings
 from schemas.topics import ALL_TOPICS
-from tests.conftest import wait_until
-from tests.reconciler.conftest import Proc
+from tests.conftest import BrokerInfo, wait_until
+from tests.reconciler.conftest import Proc, wait_worker_ready
 
 GRACE_S = 4.0
 
@@ -36,22 +35,10 @@ def own_broker(tmp_path: Path) -> Iterator[EmbeddedBroker]:
         yield broker
 
 
-def _settings(broker: EmbeddedBroker, tmp_path: Path) -> Settings:
-    settings = Settings(  # type: ignore[call-arg]
-        _env_file=None,
-        namespace=f"t{uuid.uuid4().hex[:10]}",
-        bootstrap_servers=broker.bootstrap_servers,
-        data_dir=tmp_path / "data",
-        partitions=2,
-        store_url=f"sqlite:///{tmp_path / 'store.db'}",
-        archive_url=f"file://{tmp_path / 'archive'}",
-    )
-    return settings.model_copy(
-        update={
-            "kafka": settings.kafka.model_copy(update={"embedded": True}),
-            "ops": settings.ops.model_copy(update={"stop_grace_s": GRACE_S}),
-        }
-    )
+@pytest.fixture
+def broker(own_broker: EmbeddedBroker) -> BrokerInfo:
+    """`make_settings` points at this test's own broker."""
+    return BrokerInfo(own_broker.bootstrap_servers, embedded=True, kind="embedded", name="own")
 
 
 def _assigned(port: int) -> bool:
@@ -76,9 +63,14 @@ SERVICES = {
 
 @pytest.mark.parametrize("command", sorted(SERVICES))
 def test_a_service_whose_brokers_are_gone_ends_within_its_stop_grace(
-    own_broker: EmbeddedBroker, tmp_path: Path, command: str
+    own_broker: EmbeddedBroker, make_settings: Callable[..., Settings], tmp_path: Path, command: str
 ) -> None:
-    settings = _settings(own_broker, tmp_path)
+    settings = make_settings(
+        partitions=2,
+        store_url=f"sqlite:///{tmp_path / 'store.db'}",
+        archive_url=f"file://{tmp_path / 'archive'}",
+    )
+    settings = settings.model_copy(update={"ops": settings.ops.model_copy(update={"stop_grace_s": GRACE_S})})
     apply_topics(settings, (*ALL_TOPICS, CHANGELOG))
     port = free_port()
     env = {
@@ -91,14 +83,15 @@ def test_a_service_whose_brokers_are_gone_ends_within_its_stop_grace(
     service = Proc(argv, tmp_path / "service.log", env).start()
     assert service.proc is not None
     try:
+        if command == "reconcile":
+            wait_worker_ready(service)
+        else:
 
-        def ready() -> bool:
-            assert service.alive, f"{command} exited:\n{service.tail()}"
-            if command == "reconcile":
-                return "[^Worker]: Ready" in service.log.read_text(errors="replace")
-            return _assigned(port)
+            def assigned() -> bool:
+                assert service.alive, f"{command} exited:\n{service.tail()}"
+                return _assigned(port)
 
-        wait_until(ready, 120, f"{command} to be up and assigned")
+            wait_until(assigned, 120, f"{command} to be up and assigned")
         own_broker.stop()
         time.sleep(1.0)  # it notices: its connections fail and it starts reconnecting
         service.proc.send_signal(signal.SIGTERM)
