@@ -7,12 +7,13 @@ environment.
 
 from __future__ import annotations
 
+import ipaddress
 import json
 from pathlib import Path
 from typing import Literal
 from urllib.parse import urlsplit
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
@@ -208,13 +209,51 @@ class ApiSettings(Section):
     console_poll_s: float = Field(
         0.5, gt=0, description="How often a live-update stream looks at the read side for news."
     )
+    console_streams_per_tenant: int = Field(
+        50,
+        ge=1,
+        description="Most live-update streams the sessions of one tenant may hold in one API process, so "
+        "one tenant cannot take every slot of `console_streams`.",
+    )
+    console_sign_ins: int = Field(
+        30,
+        ge=1,
+        description="Console sign-ins (sessions started) one tenant may make per `auth_window_s`; beyond, "
+        "429 until the window passes. Failed ones count against `auth_failures`.",
+    )
     auth_failures: int = Field(
         20,
         ge=1,
         description="Failed authentications (unknown API key, bad receipt signature, failed console "
-        "sign-in) one client address may make per `auth_window_s`; beyond, 429 until the window passes.",
+        "sign-in) one client address, and one presented key prefix, may make per `auth_window_s`; "
+        "beyond, failing attempts are answered 429 until the window passes. A valid key is never refused.",
     )
     auth_window_s: float = Field(60.0, gt=0, description="The window of `auth_failures` (seconds).")
+    trusted_proxies: tuple[str, ...] = Field(
+        (),
+        description="Addresses or CIDR networks (JSON list) of the reverse proxies in front of the API "
+        "whose X-Forwarded-For and X-Forwarded-Proto are believed: the client is the last address of "
+        "X-Forwarded-For that is not a trusted proxy. Empty: forwarded headers are ignored and the "
+        "client is the connecting peer.",
+    )
+    tenant_write_share: float = Field(
+        0.5,
+        gt=0,
+        le=1,
+        description="Share of one API process's write slots one tenant may hold at once: of "
+        "`publish_concurrency` (messages, commands, decisions) and of `openhands.max_waiting` (webhook "
+        "posts), at least one each; beyond, that tenant's writes are answered 429 (webhooks 503).",
+    )
+
+    @field_validator("trusted_proxies")
+    @classmethod
+    def _networks(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        for entry in value:
+            try:
+                ipaddress.ip_network(entry, strict=False)
+            except ValueError as exc:
+                raise ValueError(f"trusted proxy {entry!r} is not an IP address or CIDR network") from exc
+        return value
 
 
 class OpsSettings(Section):

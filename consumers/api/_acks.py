@@ -13,6 +13,7 @@ from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException, Message
 
+from consumers.api._slots import WriteSlots
 from infra import tracing
 from infra.errors import PublishError
 from infra.kafka import make_producer
@@ -25,8 +26,9 @@ class AsyncAcks:
     def __init__(self, settings: Settings, timeout_s: float, max_waiting: int) -> None:
         self.producer = make_producer(settings)
         self.timeout = timeout_s
-        self.max_waiting = max_waiting
-        self.waiting = 0
+        self.slots = WriteSlots(
+            max_waiting, settings.api.tenant_write_share, "posts", "CONVDB_OPENHANDS__MAX_WAITING"
+        )
         self._stop = threading.Event()
         self._poller = threading.Thread(target=self._poll, name="convdb-acks", daemon=True)
         self._poller.start()
@@ -40,16 +42,20 @@ class AsyncAcks:
 
         Raises:
             PublishError: a record was refused, not acknowledged within the timeout, or too many
-                posts are already waiting for the broker.
+                posts are already waiting for the broker (`WriteShareError`: too many of the
+                posting tenant's).
         """
-        if self.waiting >= self.max_waiting:
-            # The broker is slow or down: fail fast instead of holding ever more bodies in memory.
-            raise PublishError(f"{self.waiting} posts are already waiting for the broker")
-        self.waiting += 1
+        # The broker is slow or down: fail fast instead of holding ever more bodies in memory.
+        holder = self.slots.take()
         try:
             return await self._send(topic, records)
         finally:
-            self.waiting -= 1
+            self.slots.give(holder)
+
+    @property
+    def waiting(self) -> int:
+        """Posts waiting for the broker now."""
+        return self.slots.waiting
 
     async def _send(self, topic: str, records: list[tuple[str, bytes]]) -> list[tuple[int, int]]:
         loop = asyncio.get_running_loop()

@@ -18,8 +18,10 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.openapi.utils import get_openapi
 from fastapi.responses import JSONResponse
+from uvicorn.middleware.proxy_headers import ProxyHeadersMiddleware
 
 from consumers.api import observe
+from consumers.api._slots import TenantScope, WriteShareError
 from consumers.api.deps import ApiContext
 from consumers.api.params import Problem
 from consumers.errors import QueryInputError
@@ -64,14 +66,20 @@ def create_app(
     registry = secrets or SecretsRegistry(settings.secret_values())
     app.state.ctx = ApiContext(settings, engine, make_codec(settings.schema_registry_url), secrets=registry)
     _ensure_tables(settings.resolved_store_url)
+    app.add_middleware(TenantScope)
     observe.install(app)
     app.add_middleware(RefuseControlCharacters)
+    if settings.api.trusted_proxies:
+        # Outermost, so that every layer sees the forwarded client; `convdb serve` turns
+        # uvicorn's own handling off (it trusts 127.0.0.1 by default, i.e. any local caller).
+        app.add_middleware(ProxyHeadersMiddleware, trusted_hosts=list(settings.api.trusted_proxies))
     for name in routers:
         app.include_router(importlib.import_module(name).router)
     app.add_exception_handler(RequestValidationError, _bad_request)
     app.add_exception_handler(QueryError, _query_error)
     app.add_exception_handler(QueryInputError, _query_error)
     app.add_exception_handler(PublishError, _unavailable)
+    app.add_exception_handler(WriteShareError, _over_share)
     app.openapi = lambda: _openapi(app)  # type: ignore[method-assign]
     return app
 
@@ -112,6 +120,7 @@ def _ensure_tables(url: str) -> None:
     # row) so that queries answer "nothing yet" instead of failing. A writer engine takes
     # SQLite's write lock at BEGIN, so this waits for a busy consumer instead of failing with
     # "database is locked" when a read snapshot would have to be upgraded.
+    from consumers.console.revoked import metadata as console_tables
     from consumers.effects.tables import metadata as effects_tables
     from consumers.index.tables import metadata as index_tables
     from consumers.stats.projector import metadata as stats_tables
@@ -131,6 +140,7 @@ def _ensure_tables(url: str) -> None:
                 titles_tables,
                 effects_tables,
                 offsets_tables,
+                console_tables,  # signed-out console sessions, shared by every API replica
             ):
                 metadata.create_all(conn)
     finally:
@@ -176,6 +186,12 @@ _CONTROL_BYTES = re.compile(rb"[\x00-\x1f\x7f]")
 
 async def _unavailable(_request: Request, exc: Exception) -> JSONResponse:
     return JSONResponse({"detail": f"not acknowledged by the broker, retry later: {exc}"}, status_code=503)
+
+
+async def _over_share(_request: Request, exc: Exception) -> JSONResponse:
+    return JSONResponse(
+        {"detail": f"too many writes at once: {exc}"}, status_code=429, headers={"Retry-After": "1"}
+    )
 
 
 async def _query_error(_request: Request, exc: Exception) -> JSONResponse:

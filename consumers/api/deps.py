@@ -5,8 +5,6 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import threading
-import time
-from collections import OrderedDict, deque
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -15,6 +13,8 @@ from typing import Annotated, Any, TypeVar
 from fastapi import Depends, Header, HTTPException, Request
 from sqlalchemy.engine import Connection, Engine
 
+from consumers.api._slots import WriteSlots, act_for
+from consumers.api.auth import AuthThrottle, client_address
 from consumers.api.ownership import LogOwnership
 from infra.errors import PublishError
 from infra.producer import Delivery, DurableProducer
@@ -24,55 +24,6 @@ from schemas import AvroModel, Codec
 from schemas.topics import Topic
 
 T = TypeVar("T")
-
-
-class AuthThrottle:
-    """Counts failed authentications per client address; too many in a window answer 429.
-
-    Bounded memory: the least recently failing addresses are forgotten beyond `max_clients`.
-    """
-
-    def __init__(self, limit: int, window_s: float, max_clients: int = 10_000) -> None:
-        self.limit = limit
-        self.window_s = window_s
-        self.max_clients = max_clients
-        self._failures: OrderedDict[str, deque[float]] = OrderedDict()
-        self._lock = threading.Lock()
-
-    def check(self, client: str) -> None:
-        """Raise HTTPException(429) while `client` is over its limit."""
-        with self._lock:
-            times = self._recent(client, time.monotonic())
-            if times is not None and len(times) >= self.limit:
-                wait = max(1, int(times[0] + self.window_s - time.monotonic()) + 1)
-                raise HTTPException(
-                    429,
-                    f"too many failed authentications from this address; retry in {wait}s",
-                    headers={"Retry-After": str(wait)},
-                )
-
-    def failed(self, client: str) -> None:
-        """Count one failed authentication of `client`."""
-        with self._lock:
-            now = time.monotonic()
-            times = self._recent(client, now)
-            if times is None:
-                times = self._failures[client] = deque(maxlen=self.limit)
-                while len(self._failures) > self.max_clients:
-                    self._failures.popitem(last=False)
-            times.append(now)
-            self._failures.move_to_end(client)
-
-    def _recent(self, client: str, now: float) -> deque[float] | None:
-        times = self._failures.get(client)
-        while times and times[0] < now - self.window_s:
-            times.popleft()
-        return times
-
-
-def client_address(request: Request) -> str:
-    """The caller's address (behind a proxy: the proxy's, unless uvicorn is told to trust it)."""
-    return request.client.host if request.client else "unknown"
 
 
 @dataclass
@@ -88,22 +39,30 @@ class ApiContext:
     secrets: SecretsRegistry = field(default_factory=SecretsRegistry)
     """Redacts what the API accepts before it is written (registered values, detected credentials)."""
     _writers: ThreadPoolExecutor | None = field(default=None, repr=False)
-    _waiting: int = field(default=0, repr=False)
+    slots: WriteSlots = field(init=False)
+    """The writer threads' slots, `publish_concurrency` in all, a share of them per tenant."""
     _ownership: LogOwnership | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
-        self.throttle = AuthThrottle(self.settings.api.auth_failures, self.settings.api.auth_window_s)
+        api = self.settings.api
+        self.throttle = AuthThrottle(api.auth_failures, api.auth_window_s)
+        self.slots = WriteSlots(
+            api.publish_concurrency, api.tenant_write_share, "writes", "CONVDB_API__PUBLISH_CONCURRENCY"
+        )
 
     def authenticate(self, request: Request, api_key: str | None, header: str = "X-API-Key") -> str:
-        """The tenant of `api_key`; 401 when missing or unknown, 429 after too many failures."""
-        client = client_address(request)
-        self.throttle.check(client)
+        """The tenant of `api_key` (the request writes for it); 401 when missing or unknown.
+
+        A valid key always authenticates; an unknown one is answered 429 instead of 401 once its
+        address or its prefix failed too often (`AuthThrottle`).
+        """
         if not api_key:
             raise HTTPException(401, f"missing {header} header", headers={"WWW-Authenticate": "ApiKey"})
         found = self.settings.api.keys.get(api_key)
         if found is None:
-            self.throttle.failed(client)
+            self.throttle.failed(client_address(request), api_key)
             raise HTTPException(401, "unknown API key", headers={"WWW-Authenticate": "ApiKey"})
+        act_for(found)
         return found
 
     def publish(self, records: Sequence[tuple[Topic, AvroModel]]) -> list[Delivery]:
@@ -135,20 +94,20 @@ class ApiContext:
         """`work(*args)` on the bounded writer threads (broker calls), at most `publish_timeout_s`.
 
         Raises:
+            WriteShareError: the request's tenant holds its share of the slots already (429).
             PublishError: it took too long, or too many broker calls are already waiting.
         """
         api = self.settings.api
         with self._lock:
             if self._writers is None:
                 self._writers = ThreadPoolExecutor(api.publish_concurrency, thread_name_prefix="api-publish")
-            if self._waiting >= api.publish_concurrency:
-                raise PublishError(f"{self._waiting} writes are already waiting for the broker")
-            self._waiting += 1
+        holder = self.slots.take()
         loop = asyncio.get_running_loop()
         # In the request's context: the write continues the request's trace (and its log ids).
         context = contextvars.copy_context()
         future = loop.run_in_executor(self._writers, lambda: context.run(work, *args))
-        future.add_done_callback(self._done)
+        # The slot is held until the work ends, even past the timeout: the thread is still busy.
+        future.add_done_callback(lambda _done: self.slots.give(holder))
         try:
             return await asyncio.wait_for(asyncio.shield(future), api.publish_timeout_s)
         except TimeoutError as exc:
@@ -161,10 +120,6 @@ class ApiContext:
             if self._ownership is None:
                 self._ownership = LogOwnership(self.settings, self.engine, self.codec)
             return self._ownership
-
-    def _done(self, _future: object) -> None:
-        with self._lock:
-            self._waiting -= 1
 
     def close(self) -> None:
         """Release the producer (flushing it), the writer threads and the store."""

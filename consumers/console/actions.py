@@ -14,12 +14,14 @@ from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import Response
 from pydantic import ValidationError
 
-from consumers.api.deps import Conn, client_address, context
+from consumers.api._slots import WriteShareError, act_for
+from consumers.api.auth import client_address
+from consumers.api.deps import Conn, context
 from consumers.api.messages import send_to_inbox
 from consumers.api.operations import Resolve, owned_operation, record_decision
 from consumers.console.render import form, redirect, render
 from consumers.console.session import COOKIE, LOGIN_COOKIE, ConsoleUser, same_token, set_cookie
-from consumers.console.web import console_state, current_user, error_page, login_redirect
+from consumers.console.web import console_state, current_user, error_page, login_redirect, signed_in
 from infra.errors import PublishError
 from schemas.errors import InvalidValueError
 from schemas.validation import check_operation_id, conversation_id_problem, shown, text_problem
@@ -49,35 +51,49 @@ def _login_page(request: Request, error: str | None = None, status: int = 200) -
 
 @router.post(LOGIN_PATH, summary="console: sign in")
 async def login(request: Request) -> Response:
-    """Check the API key once and start a session cookie (the key itself is never stored in it)."""
+    """Check the API key once and start a session cookie (the key itself is never stored in it).
+
+    Throttled both ways: unknown keys count against the address and the key prefix
+    (`AuthThrottle`, 429 past `auth_failures`), and a tenant starts at most `console_sign_ins`
+    sessions per window, so sessions (and the live streams they hold) are never free.
+    """
     fields = await form(request)
     if not same_token(request.cookies.get(LOGIN_COOKIE, ""), fields.get("csrf")):
         return _login_page(request, "The sign-in form expired. Please try again.", 403)
-    sessions = console_state(request).sessions
+    state = console_state(request)
     api_key = fields.get("api_key", "")
     # The name goes into `decided_by` on the ledger: printable characters only.
     name = "".join(c for c in " ".join(fields.get("name", "").split()) if c.isprintable())[:80]
-    throttle, client = context(request).throttle, client_address(request)
-    try:
-        throttle.check(client)
-    except HTTPException as exc:
-        return _login_page(request, str(exc.detail), 429)
-    if not api_key or sessions.tenant_of_key(api_key) is None:
-        throttle.failed(client)
+    tenant = state.sessions.tenant_of_key(api_key) if api_key else None
+    if tenant is None:
+        try:
+            context(request).throttle.failed(client_address(request), api_key)
+        except HTTPException as exc:
+            return _login_page(request, str(exc.detail), 429)
         return _login_page(request, "Unknown API key.", 401)
+    wait = state.sign_ins.wait_s(tenant)
+    if wait is not None:
+        limit = context(request).settings.api.console_sign_ins
+        problem = (
+            f"Too many sign-ins for this tenant (CONVDB_API__CONSOLE_SIGN_INS={limit}); retry in {wait}s."
+        )
+        return _login_page(request, problem, 429)
+    state.sign_ins.add(tenant)
     response = redirect("/")
-    set_cookie(response, request, COOKIE, sessions.issue(api_key, name), max_age=sessions.ttl_s)
+    set_cookie(response, request, COOKIE, state.sessions.issue(api_key, name), max_age=state.sessions.ttl_s)
     response.delete_cookie(LOGIN_COOKIE, path=LOGIN_PATH)
     return response
 
 
 @router.post("/console/logout", summary="console: sign out")
 async def logout(request: Request) -> Response:
-    """End the session (the cookie is cleared)."""
-    user = current_user(request)
+    """End the session: recorded in the store, so the cookie (and any copy of it) is refused from now on."""
+    user = await signed_in(request)
     fields = await form(request)
-    if user is not None and not same_token(user.csrf, fields.get("csrf")):
-        return error_page(user, HTTPException(403, "bad or missing form token; reload the page"))
+    if user is not None:
+        if not same_token(user.csrf, fields.get("csrf")):
+            return error_page(user, HTTPException(403, "bad or missing form token; reload the page"))
+        await run_in_threadpool(console_state(request).sessions.revoke, user)
     response = redirect(LOGIN_PATH)
     response.delete_cookie(COOKIE, path="/")
     return response
@@ -85,9 +101,10 @@ async def logout(request: Request) -> Response:
 
 async def _checked(request: Request) -> tuple[ConsoleUser | None, dict[str, str], Response | None]:
     """The user and form of an action, or the response refusing it (no session, bad CSRF token)."""
-    user = current_user(request)
+    user = await signed_in(request)
     if user is None:
         return None, {}, login_redirect()
+    act_for(user.tenant_id)  # its writes count against the tenant's share of the write slots
     fields = await form(request)
     if not same_token(user.csrf, fields.get("csrf")):
         return (
@@ -154,7 +171,7 @@ async def _inbox(
     except HTTPException as exc:
         return error_page(user, exc)
     except PublishError as exc:
-        return error_page(user, HTTPException(503, f"not acknowledged by the broker, try again: {exc}"))
+        return error_page(user, _unavailable(exc))
     return redirect(f"/console/conversations/{quote(conversation_id, safe='')}?notice={notice}")
 
 
@@ -180,5 +197,11 @@ async def resolve(request: Request, conn: Conn) -> Response:
     except HTTPException as exc:
         return error_page(user, exc)
     except PublishError as exc:
-        return error_page(user, HTTPException(503, f"not acknowledged by the broker, try again: {exc}"))
+        return error_page(user, _unavailable(exc))
     return redirect("/console/queue?" + urlencode({"resolved": operation_id, "decision": body.decision}))
+
+
+def _unavailable(exc: PublishError) -> HTTPException:
+    if isinstance(exc, WriteShareError):
+        return HTTPException(429, f"too many writes at once, try again in a moment: {exc}")
+    return HTTPException(503, f"not acknowledged by the broker, try again: {exc}")

@@ -5,9 +5,10 @@ only what changed: new timeline items rendered as escaped HTML (`append`), a hin
 the panels (`changed`), or `reload` when the active branch no longer extends what the page
 shows. Back-pressure: the next poll waits until the previous message was written to the
 socket (uvicorn pauses the writer while the client's buffer is full), and one message carries
-at most `BATCH` events. Bounds: `console_streams` per process and `console_streams_per_session`;
-past them a stream answers 503 and the page's script retries later. A stream ends after
-`LIFETIME_S` (the browser reconnects and the session is checked again).
+at most `BATCH` events. Bounds: `console_streams` per process, `console_streams_per_tenant` and
+`console_streams_per_session`; past them a stream answers 503 and the page's script retries
+later. A stream ends after `LIFETIME_S` (the browser reconnects and the session is checked
+again) and as soon as its session signs out (checked every `RECHECK_S`).
 """
 
 from __future__ import annotations
@@ -28,7 +29,8 @@ from sqlalchemy.engine import Connection, Engine
 from consumers.api.conversations import branch_events, branch_head, conversation_page
 from consumers.api.deps import context
 from consumers.console.render import fragment
-from consumers.console.web import console_state, current_user
+from consumers.console.session import ConsoleUser
+from consumers.console.web import ConsoleState, console_state, current_user
 from consumers.effects import conversation_status, counts_by_status
 
 router = APIRouter(include_in_schema=False)
@@ -36,6 +38,9 @@ router = APIRouter(include_in_schema=False)
 BATCH = 100
 LIFETIME_S = 300.0
 HEARTBEAT_S = 15.0
+RECHECK_S = 5.0
+"""How often an open stream checks that its session is still signed in."""
+MAX_SINCE = 2**62
 _LINES = re.compile(r"\r\n|\r|\n")
 
 
@@ -70,9 +75,10 @@ def _open(request: Request, step: Callable[[], list[str]]) -> Response:
     if user is None:
         return PlainTextResponse("sign in first", status_code=401)
     state = console_state(request)
-    if not state.gate.acquire(user.nonce):
+    refused = state.gate.acquire(user.tenant_id, user.nonce)
+    if refused is not None:
         return PlainTextResponse(
-            "too many live streams; retry later", status_code=503, headers={"Retry-After": "10"}
+            f"too many live streams: {refused}; retry later", status_code=503, headers={"Retry-After": "10"}
         )
     released = False
 
@@ -80,15 +86,24 @@ def _open(request: Request, step: Callable[[], list[str]]) -> Response:
         nonlocal released
         if not released:
             released = True
-            state.gate.release(user.nonce)
+            state.gate.release(user.tenant_id, user.nonce)
 
-    return _GatedStream(_pump(request, step, state.poll_s), release)
+    return _GatedStream(_pump(request, step, state, user), release)
 
 
-async def _pump(request: Request, step: Callable[[], list[str]], poll_s: float) -> AsyncIterator[str]:
+async def _pump(
+    request: Request, step: Callable[[], list[str]], state: ConsoleState, user: ConsoleUser
+) -> AsyncIterator[str]:
     yield "retry: 2000\n\n"
     deadline, quiet_since = time.monotonic() + LIFETIME_S, time.monotonic()
+    checked = time.monotonic()
     while time.monotonic() < deadline and not await request.is_disconnected():
+        if time.monotonic() - checked > RECHECK_S:
+            # A session signed out elsewhere (another tab, a copied cookie) stops streaming.
+            if not await run_in_threadpool(state.sessions.valid, user):
+                yield sse("reload")
+                return
+            checked = time.monotonic()
         messages = await run_in_threadpool(step)
         for message in messages:
             yield message  # returns only once the message was handed to the socket
@@ -99,7 +114,7 @@ async def _pump(request: Request, step: Callable[[], list[str]], poll_s: float) 
         elif time.monotonic() - quiet_since > HEARTBEAT_S:
             yield ": keep-alive\n\n"
             quiet_since = time.monotonic()
-        await asyncio.sleep(0 if any(m.startswith("event: append") for m in messages) else poll_s)
+        await asyncio.sleep(0 if any(m.startswith("event: append") for m in messages) else state.poll_s)
 
 
 def list_version(conn: Connection, tenant_id: str) -> str:
@@ -142,7 +157,7 @@ def live_list(request: Request, v: Version = None) -> Response:
 def live_conversation(
     request: Request,
     conversation_id: str,
-    since: Annotated[int, Query(ge=0, le=2**62)] = 0,
+    since: Annotated[int, Query(ge=0, le=MAX_SINCE)] = 0,
     tail: Annotated[str, Query(max_length=400)] = "",
     last_event_id: Annotated[str | None, Header(max_length=500)] = None,
     v: Version = None,
@@ -154,12 +169,25 @@ def live_conversation(
     with context(request).engine.connect() as conn:
         if branch_head(conn, user.tenant_id, conversation_id) is None:
             return PlainTextResponse("no such conversation", status_code=404)
-    if last_event_id:  # a reconnect continues where the browser's last message left it
-        index, _, tail_id = last_event_id.partition(":")
-        if index.isdigit():
-            since, tail = int(index), tail_id
+    resumed = _resume_point(last_event_id)
+    if resumed is not None:  # a reconnect continues where the browser's last message left it
+        since, tail = resumed
     feed = _Feed(context(request).engine, user.tenant_id, conversation_id, since, tail, v)
     return _open(request, feed.step)
+
+
+def _resume_point(last_event_id: str | None) -> tuple[int, str] | None:
+    """`(since, tail)` of a `Last-Event-ID` this server sent (`<index>:<event id>`); None otherwise.
+
+    Anything else is ignored (the query's `since` and `tail` stand): a header is the client's to
+    forge, and `str.isdigit` alone takes '¹' or '٣', which `int` refuses.
+    """
+    if not last_event_id:
+        return None
+    index, _, tail = last_event_id.partition(":")
+    if not (index.isascii() and index.isdigit()) or len(index) > 19 or int(index) > MAX_SINCE:
+        return None
+    return int(index), tail[:400]
 
 
 class _Feed:

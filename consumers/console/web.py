@@ -8,9 +8,11 @@ from datetime import UTC, datetime
 from typing import Any
 
 from fastapi import HTTPException, Request
+from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import HTMLResponse, Response
 from sqlalchemy.engine import Connection
 
+from consumers.api.auth import SlidingWindow
 from consumers.api.deps import context
 from consumers.console.render import redirect, render
 from consumers.console.session import ConsoleUser, Sessions
@@ -30,35 +32,53 @@ STATUSES = (
 
 @dataclass
 class StreamGate:
-    """Bounds open live-update streams: in all, and per session (one per tab, a few tabs)."""
+    """Bounds open live-update streams: in all, per tenant, and per session (one per tab, a few tabs)."""
 
     total: int
+    per_tenant: int
     per_session: int
-    _open: dict[str, int] = field(default_factory=dict)
+    _sessions: dict[str, int] = field(default_factory=dict)
+    _tenants: dict[str, int] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
-    def acquire(self, session: str) -> bool:
-        """Take a slot for `session`; False when either bound is reached."""
+    def acquire(self, tenant: str, session: str) -> str | None:
+        """Take a slot for `session` of `tenant`; the bound reached when there is none (else None)."""
         with self._lock:
-            if sum(self._open.values()) >= self.total or self._open.get(session, 0) >= self.per_session:
-                return False
-            self._open[session] = self._open.get(session, 0) + 1
-            return True
+            if sum(self._tenants.values()) >= self.total:
+                return f"every live stream of this server is taken (CONVDB_API__CONSOLE_STREAMS={self.total})"
+            if self._tenants.get(tenant, 0) >= self.per_tenant:
+                return (
+                    f"your tenant holds {self.per_tenant} live streams already "
+                    "(CONVDB_API__CONSOLE_STREAMS_PER_TENANT)"
+                )
+            if self._sessions.get(session, 0) >= self.per_session:
+                return (
+                    f"this session holds {self.per_session} live streams already "
+                    "(CONVDB_API__CONSOLE_STREAMS_PER_SESSION); close a tab"
+                )
+            _add(self._tenants, tenant, 1)
+            _add(self._sessions, session, 1)
+            return None
 
-    def release(self, session: str) -> None:
+    def release(self, tenant: str, session: str) -> None:
         """Give a slot back."""
         with self._lock:
-            left = self._open.get(session, 0) - 1
-            if left > 0:
-                self._open[session] = left
-            else:
-                self._open.pop(session, None)
+            _add(self._tenants, tenant, -1)
+            _add(self._sessions, session, -1)
 
     @property
     def open(self) -> int:
         """Streams open now."""
         with self._lock:
-            return sum(self._open.values())
+            return sum(self._tenants.values())
+
+
+def _add(counts: dict[str, int], name: str, delta: int) -> None:
+    left = counts.get(name, 0) + delta
+    if left > 0:
+        counts[name] = left
+    else:
+        counts.pop(name, None)
 
 
 @dataclass
@@ -68,6 +88,8 @@ class ConsoleState:
     sessions: Sessions
     gate: StreamGate
     poll_s: float
+    sign_ins: SlidingWindow
+    """Sign-ins per tenant in the last `auth_window_s` (`console_sign_ins` at most)."""
 
 
 def console_state(request: Request) -> ConsoleState:
@@ -75,19 +97,26 @@ def console_state(request: Request) -> ConsoleState:
     store = request.app.state._state
     found = store.get("console")
     if found is None:
-        api = context(request).settings.api
+        ctx = context(request)
+        api = ctx.settings.api
         made = ConsoleState(
-            Sessions(api),
-            StreamGate(api.console_streams, api.console_streams_per_session),
+            Sessions(api, ctx.engine),
+            StreamGate(api.console_streams, api.console_streams_per_tenant, api.console_streams_per_session),
             api.console_poll_s,
+            SlidingWindow(api.console_sign_ins, api.auth_window_s),
         )
         found = store.setdefault("console", made)  # two first requests at once keep one state
     return found  # type: ignore[no-any-return]
 
 
 def current_user(request: Request) -> ConsoleUser | None:
-    """The signed-in console user, or None."""
+    """The signed-in console user, or None (reads the store: from a worker thread)."""
     return console_state(request).sessions.user(request)
+
+
+async def signed_in(request: Request) -> ConsoleUser | None:
+    """`current_user` from the event loop (the session check reads the store on a worker thread)."""
+    return await run_in_threadpool(current_user, request)
 
 
 def login_redirect() -> Response:
@@ -95,11 +124,18 @@ def login_redirect() -> Response:
     return redirect("/console/login")
 
 
+_HEADINGS = {
+    400: "Bad request",
+    403: "Not allowed",
+    404: "Not found",
+    409: "Nothing to do",
+    429: "Too many requests",
+}
+
+
 def error_page(user: ConsoleUser | None, exc: HTTPException) -> HTMLResponse:
     """An HTTP error as a console page (never a traceback, never JSON)."""
-    heading = {400: "Bad request", 403: "Not allowed", 404: "Not found", 409: "Nothing to do"}.get(
-        exc.status_code, "Something went wrong"
-    )
+    heading = _HEADINGS.get(exc.status_code, "Something went wrong")
     return render(
         "error.html",
         exc.status_code,

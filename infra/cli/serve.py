@@ -37,7 +37,9 @@ def _serve(args: argparse.Namespace) -> int:
     ops = start_ops(settings.ops, "api", app.state.metrics.registry, lambda: health(app))
     logger.info("api: serving on http://%s:%d (store %s)", host, port, app.state.ctx.engine.url)
     try:
-        uvicorn.run(app, host=host, port=port, log_level="warning")
+        # The app believes forwarded headers from CONVDB_API__TRUSTED_PROXIES only; uvicorn's own
+        # handling would trust any local peer's X-Forwarded-For.
+        uvicorn.run(app, host=host, port=port, log_level="warning", proxy_headers=False)
     finally:
         if ops is not None:
             ops.stop()

@@ -135,10 +135,14 @@ def test_failed_authentication_is_rate_limited(api: tuple[TestClient, Settings])
     client, _settings = api
     for _ in range(5):
         assert client.get("/operations", headers={"X-API-Key": "guess"}).status_code == 401
-    limited = client.get("/operations", headers={"X-API-Key": "k-acme"})
+    limited = client.get("/operations", headers={"X-API-Key": "guess"})
     assert limited.status_code == 429 and int(limited.headers["Retry-After"]) >= 1
+    forged = receipt_body()
+    assert client.post("/receipts", content=forged, headers=signed(forged, "not-a-secret")).status_code == 429
+    # Others' failures never refuse a valid key or a valid signature from the same address.
+    assert client.get("/operations", headers={"X-API-Key": "k-acme"}).status_code == 200
     body = receipt_body()
-    assert client.post("/receipts", content=body, headers=signed(body)).status_code == 429
+    assert client.post("/receipts", content=body, headers=signed(body)).status_code == 404  # no such op
 
 
 def test_human_queue_and_resolve(api: tuple[TestClient, Settings]) -> None:
