@@ -26,9 +26,9 @@ from typing import NamedTuple
 
 _G = r"(?:(?<=\\[nrt].)|(?<![A-Za-z0-9_\\-].))"
 """After a token's first character: the one before it is not part of a word (or ends a `\\n` escape)."""
-_NL = r"(?:\r?\n|\\r\\n|\\n)"
-"""A line break, raw or escaped in a JSON string."""
-_KEY_END = r"\\?[\"']?[ \t]{0,4}(?:=>|:=|[:=])[ \t]{0,4}\\?[\"']?"
+_NL = r"(?:\r?\n|(?:\\{1,8}r)?\\{1,8}n)"
+"""A line break, raw or escaped in a JSON string (once or more)."""
+_KEY_END = r"\\{0,7}[\"']?[ \t]{0,4}(?:=>|:=|[:=])[ \t]{0,4}\\{0,7}[\"']?"
 """From a key name to its value: an optional (escaped) quote, `:`, `=`, `:=` or `=>`, another quote."""
 _VALUE = r"(?!-----)[^\s\"'`,;<>\\&|(){}\[\]]++"
 """An assigned value, up to a delimiter (never a placeholder, never a PEM block another rule hides)."""
@@ -119,7 +119,7 @@ RULES: tuple[Rule, ...] = (
     Rule(
         "private_key",
         r"-----BEGIN[A-Z0-9 ]{0,40}PRIVATE KEY(?: BLOCK)?-----"
-        r"(?:[A-Za-z0-9+/=\s:,.]|\\{1,3}[nrt]|-(?!----)){16,}+"
+        r"(?:[A-Za-z0-9+/=\s:,.]|\\{1,8}[nrt]|-(?!----)){16,}+"
         r"(?:-----END[A-Z0-9 ]{0,40}PRIVATE KEY(?: BLOCK)?-----)?",
         ("-----begin",),
     ),

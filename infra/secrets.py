@@ -43,12 +43,15 @@ class _Detector:
                 self.rule_of[self.triggers.Add(f"(?i){trigger}")] = index
         self.triggers.Compile()
 
-    def redact(self, text: str) -> str:
+    def triggered(self, text: str) -> list[int]:
+        """The rules (indexes in `RULES`) whose triggers `text` holds, in order."""
         # RE2 runs in linear time whatever the text: one pass finds every trigger. It reads UTF-8, and
         # a text may hold lone surrogates (a tool's output decoded with surrogateescape).
         found = self.triggers.Match(text.encode("utf-8", "surrogatepass")) or ()
-        hits = sorted({self.rule_of[trigger] for trigger in found})
-        for index in hits:
+        return sorted({self.rule_of[trigger] for trigger in found})
+
+    def redact(self, text: str) -> str:
+        for index in self.triggered(text):
             text = self.patterns[index].sub(functools.partial(_placeholder, RULES[index]), text)
         return text
 
@@ -60,6 +63,11 @@ def _placeholder(rule: Rule, match: re.Match[str]) -> str:
 
 
 _DETECTOR = _Detector()
+
+
+def triggered_rules(text: str) -> tuple[Rule, ...]:
+    """The rules `redact_patterns` runs on `text` (those whose triggers it holds; most texts: none)."""
+    return tuple(RULES[index] for index in _DETECTOR.triggered(text))
 
 
 def redact_patterns(text: str) -> str:
