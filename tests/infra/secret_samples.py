@@ -147,12 +147,11 @@ FORMATS: dict[str, tuple[str, str]] = {
         "owL5L0YoJSa0G7OHSrSTAulJuaRfvSBdfdwPDqPvzmw",
     ),
     "twilio_credentials": (
-        "client = Client('AC9d8a6cc9179a79d62ee55e1cf2f53009', '402e2dbcef85979245da8bc3b1267eaf')",
+        "from twilio.rest import Client\nclient = Client('AC9d8a6cc9179a79d62ee55e1cf2f53009', '402e2dbcef85979245da8bc3b1267eaf')",
         "402e2dbcef85979245da8bc3b1267eaf",
     ),
     "databricks_token": (
-        "databricks configure --token\nHost: https://adb-1.azuredatabricks.net\n"
-        "Token: dapic85d609cd68cf971b8bad185753a755a",
+        "databricks workspace ls /Shared --profile ci  # https://adb-1.azuredatabricks.net with dapic85d609cd68cf971b8bad185753a755a",
         "c85d609cd68cf971b8bad185753a755a",
     ),
     "shopify_token": (

@@ -7,12 +7,14 @@ Run with `-s` to see the coverage table and the cost per KB.
 from __future__ import annotations
 
 import json
+import random
 import re
 import time
 from collections.abc import Callable, Iterator
 
 import pytest
 
+from infra.secret_patterns import RULES
 from infra.secrets import SecretsRegistry, redact_patterns, triggered_rules
 from infra.settings import Settings
 from tests.infra.secret_samples import EXTRA, FORMATS, ORDINARY, near_misses, openhands_batch
@@ -87,6 +89,12 @@ def test_an_openhands_batch_full_of_credentials_stays_valid_json_and_keeps_its_i
     assert registry.reveal(registry.redact("db Xk9m2Qv7")) == "db Xk9m2Qv7"
 
 
+def test_triggers_are_literals_so_finding_them_is_one_cheap_pass() -> None:
+    """No repetition in a trigger: the automaton of all of them stays a trie (see `Rule.triggers`)."""
+    assert all(rule.triggers for rule in RULES)
+    assert not [t for rule in RULES for t in rule.triggers if re.search(r"[*+{]", t)]
+
+
 def test_a_batch_without_credentials_runs_no_pattern() -> None:
     """The common case stays cheap: one RE2 pass over the text, and no Python pattern at all."""
     assert triggered_rules(openhands_batch()) == ()
@@ -138,6 +146,13 @@ def adversarial(size: int) -> Iterator[tuple[str, str]]:
         yield name, _fill(cut, third) + text[: start + 2] + _fill("aZ9_-", third) + _fill(text[:start], third)
     for name, seed in CRAFTED.items():
         yield name, _fill(seed, size)
+    # Hex with `ac` at chosen offsets: every subset of a window's offsets is another state for an
+    # automaton counting hex after `ac` (a trigger like `ac[0-9a-f]{32}` thrashed RE2's cache).
+    pick = random.Random(21)
+    windows = (
+        "".join("ac" if pick.random() < 0.5 else "00" for _ in range(17)) for _ in range(size // 34 + 1)
+    )
+    yield "hex_with_ac_at_chosen_offsets", "".join(windows)[:size]
 
 
 def _seconds(work: Callable[[str], object], text: str, tries: int = 1) -> float:
