@@ -302,6 +302,12 @@ EXTRA: dict[str, tuple[str, str]] = {
         "curl -H 'X-API-Key: 3f9a1c7e5b2d8f4a6c0e9b1d' https://api.example.com",
         "3f9a1c7e5b2d8f4a6c0e9b1d",
     ),
+    "env_pass": ("export SMTP_PASS=Xq7pLm2w9", "Xq7pLm2w9"),
+    "hex_private_key": (
+        "PRIVATE_KEY=0x4c0883a69102937d6231471b5dbb6204fe5129617082792ae468d01a3f362318",
+        "4c0883a69102937d6231471b",
+    ),
+    "credentials_json": ('{"credentials": "ops:Tr0ub4dor-3"}', "Tr0ub4dor-3"),
 }
 """Formats beyond the 37 (same shape), for a second coverage figure."""
 

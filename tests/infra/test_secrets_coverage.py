@@ -95,6 +95,12 @@ def test_triggers_are_literals_so_finding_them_is_one_cheap_pass() -> None:
     assert not [t for rule in RULES for t in rule.triggers if re.search(r"[*+{]", t)]
 
 
+def test_every_rule_matches_a_sample_so_every_rule_meets_its_near_misses() -> None:
+    """The adversarial families are built from the samples: each rule must find one of them."""
+    texts = [text for text, _ in (*FORMATS.values(), *EXTRA.values())]
+    assert [rule.pattern for rule in RULES if not any(re.search(rule.pattern, t) for t in texts)] == []
+
+
 def test_a_batch_without_credentials_runs_no_pattern() -> None:
     """The common case stays cheap: one RE2 pass over the text, and no Python pattern at all."""
     assert triggered_rules(openhands_batch()) == ()
