@@ -89,9 +89,9 @@ _NOT_SECRETS = frozenset(
      "int", "env", "redacted", "hidden", "masked", "secret", "password", "token", "example")
 )  # fmt: skip
 _CODE = re.compile(
-    r"[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)+|[a-z]+(?:_[a-z]+)+|[a-z]+(?:[A-Z][a-z]+)+|[A-Z]+(?:_[A-Z]+)+"
+    r"[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)+|[a-z][a-z0-9]*(?:_[a-z0-9]+)+|[a-z]+(?:[A-Z][a-z0-9]+)+|[A-Z][A-Z0-9]*(?:_[A-Z0-9]+)+"
 )
-"""Values that read as code rather than a literal: `os.environ`, `db_password`, `userPassword`, `DB_PASS`."""
+"""Values that read as code rather than a literal: `os.environ`, `db_password`, `userPassword`, `S3_KEY`."""
 _PASSWORD_KEY = re.compile(r"(?i)pass|pwd")
 
 

@@ -152,6 +152,9 @@ def adversarial(size: int) -> Iterator[tuple[str, str]]:
         yield name, _fill(cut, third) + text[: start + 2] + _fill("aZ9_-", third) + _fill(text[:start], third)
     for name, seed in CRAFTED.items():
         yield name, _fill(seed, size)
+    # One assignment whose value is as long as the text, shaped like code (the check reads it whole).
+    for name, run in (("snake", "ab_"), ("camel", "aB9"), ("dotted", "ab."), ("upper", "AB_")):
+        yield f"assigned_{name}_run", "token=" + _fill(run, size)
     # Hex with `ac` at chosen offsets: every subset of a window's offsets is another state for an
     # automaton counting hex after `ac` (a trigger like `ac[0-9a-f]{32}` thrashed RE2's cache).
     pick = random.Random(21)
