@@ -3,12 +3,13 @@
 A `Rule` is a kind (the placeholder says `<secret:detected.KIND>`), a Python pattern, the triggers
 that must occur in a text before the pattern runs on it, and optionally a check of each match.
 
-Each pattern does a bounded amount of work per position of Python's backtracking engine: it
-starts with a literal character (so the engine skips to where that character is), a token starts
-only where a run of its characters starts (the `_G` guard, checked after the first character:
-never inside a longer word), runs are possessive (`++`, `{n,}+`: never given back), and whatever
-lies between a start and an end is bounded. `tests/infra/test_secrets_coverage.py` times every
-rule on adversarial inputs the size of the API's largest body against a plain scan of the same text.
+Each pattern does a bounded amount of work per position of Python's backtracking engine: a token
+starts only where a run of its characters starts (the `_G` guard, checked after the first
+character: never inside a longer word), runs are possessive (`++`, `{n,}+`: never given back), and
+whatever lies between a start and an end is bounded. Most start with a literal character, so the
+engine skips to where that character is. `tests/infra/test_secrets_coverage.py` times every rule
+on adversarial inputs (records as large as the API redacts at once, a body limit of them, and with
+`-m slow` every family at the body limit) against a plain scan of the same text.
 
 No match holds a quote or a backslash that is not part of a `\\n` escape, and none starts inside an
 escape: a placeholder put in place of a match inside a JSON string keeps the JSON valid.
