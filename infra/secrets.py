@@ -3,9 +3,9 @@
 Two kinds (DESIGN §6, §11):
 - registered values (`CONVDB_SECRETS`, `--secrets-file`): replaced by `<secret:NAME>`; a tool's
   arguments get them back (`reveal`) when it is called, so the agent can use a secret it never sees;
-- values that look like credentials (`PATTERNS`: private keys, cloud and provider API keys,
-  tokens, `password=...` assignments): replaced by `<secret:detected.KIND>`, for good (nothing
-  can reveal them).
+- values that look like credentials (`infra.secret_patterns`: private keys, cloud and provider
+  API keys, tokens, URLs with a password, `password=...` assignments): replaced by
+  `<secret:detected.KIND>`, for good (nothing can reveal them).
 
 Applied by the conversation writer to every record it publishes, by the API to what it accepts
 (messages, receipts, notes, webhook payloads), and by the log formatters to every line.
@@ -19,72 +19,62 @@ import re
 from pathlib import Path
 from typing import Any, TypeVar
 
+import re2  # type: ignore[import-untyped]
 from pydantic import BaseModel
 
 from infra.errors import InfraError
+from infra.secret_patterns import RULES, Rule, parts
 from schemas.validation import ID_FIELDS, OPERATION_FIELDS, clean_text
 
 M = TypeVar("M", bound=BaseModel)
 
 _PLACEHOLDER = re.compile(r"<secret:([A-Za-z0-9_.-]+)>")
 
-PATTERNS: dict[str, str] = {
-    "private_key": r"-----BEGIN [A-Z0-9 ]{0,40}PRIVATE KEY(?: BLOCK)?-----[\s\S]{16,20000}?"
-    r"-----END [A-Z0-9 ]{0,40}PRIVATE KEY(?: BLOCK)?-----",
-    "aws_access_key_id": r"\b(?:AKIA|ASIA|AGPA|AIDA|AROA|ANPA|ANVA|AIPA)[0-9A-Z]{16}\b",
-    "aws_secret_access_key": r"(?P<p_aws_secret_access_key>(?i:aws_secret_access_key)[\"']?\s*[:=]\s*[\"']?)"
-    r"[A-Za-z0-9/+=]{40}(?![A-Za-z0-9/+=])",
-    "github_token": r"\b(?:gh[pousr]_[A-Za-z0-9]{36,255}|github_pat_[A-Za-z0-9_]{22,255})\b",
-    "gitlab_token": r"\bglpat-[A-Za-z0-9_-]{20,}",
-    "llm_api_key": r"\bsk-(?:ant-|proj-|svcacct-|admin-|or-v1-)?[A-Za-z0-9_-]{20,}",
-    "stripe_key": r"\b(?:sk|rk|pk)_(?:live|test)_[0-9A-Za-z]{16,}",
-    "slack_token": r"\bxox[abposr]-[A-Za-z0-9-]{10,}",
-    "google_api_key": r"\bAIza[0-9A-Za-z_-]{35}",
-    "jwt": r"\beyJ[A-Za-z0-9_-]{8,}\.eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}",
-    "bearer_token": r"(?P<p_bearer_token>(?i:bearer)\s+)(?!<secret:)[A-Za-z0-9._~+/-]{20,}=*",
-    "assigned_secret": r"(?P<p_assigned_secret>(?<!<)(?i:password|passwd|secret|api_key|apikey|api-key|"
-    r"token|access_key)\\?[\"']?\s*[:=]\s*\\?[\"']?)(?!<secret:)[^\s\"',;<>\\]{12,}",
-}
-"""Credential shapes detected in any text: kind -> regular expression. What a `p_KIND` group
-matched (the key name of an assignment) is kept; the rest of the match is hidden."""
 
-TRIGGERS: dict[str, tuple[str, ...]] = {
-    "private_key": ("-----begin",),
-    "aws_access_key_id": ("akia", "asia", "agpa", "aida", "aroa", "anpa", "anva", "aipa"),
-    "aws_secret_access_key": ("aws_secret",),
-    "github_token": ("ghp_", "gho_", "ghu_", "ghs_", "ghr_", "github_pat_"),
-    "gitlab_token": ("glpat-",),
-    "llm_api_key": ("sk-",),
-    "stripe_key": ("sk_", "rk_", "pk_"),
-    "slack_token": ("xox",),
-    "google_api_key": ("aiza",),
-    "jwt": ("eyj",),
-    "bearer_token": ("bearer",),
-    "assigned_secret": ("passw", "secret", "api_key", "apikey", "api-key", "token", "access_key"),
-}
-"""Lower-case text each pattern's match contains: a literal search on the lowered text is far
-cheaper than a pattern, so a text runs only the patterns whose triggers it holds (most: none)."""
+class _Detector:
+    """Every rule of `RULES`, with one RE2 pass over a text to tell which rules can match in it."""
+
+    def __init__(self) -> None:
+        self.patterns = [re.compile(rule.pattern) for rule in RULES]
+        self.triggers = re2.Set.SearchSet(re2.Options())
+        self.rule_of: dict[int, int] = {}
+        for index, rule in enumerate(RULES):
+            for trigger in rule.triggers:
+                self.rule_of[self.triggers.Add(f"(?i){trigger}")] = index
+        self.triggers.Compile()
+
+    def triggered(self, text: str) -> list[int]:
+        """The rules (indexes in `RULES`) whose triggers `text` holds, in order."""
+        # RE2 runs in linear time whatever the text: one pass finds every trigger. It reads UTF-8, and
+        # a text may hold lone surrogates (a tool's output decoded with surrogateescape).
+        found = self.triggers.Match(text.encode("utf-8", "surrogatepass")) or ()
+        return sorted({self.rule_of[trigger] for trigger in found})
+
+    def redact(self, text: str) -> str:
+        for index in self.triggered(text):
+            text = self.patterns[index].sub(functools.partial(_placeholder, RULES[index]), text)
+        return text
 
 
-@functools.lru_cache(maxsize=256)
-def _detector(kinds: tuple[str, ...]) -> re.Pattern[str]:
-    """The patterns of `kinds` as one alternation, in `PATTERNS` order (the first one wins)."""
-    return re.compile("|".join(f"(?P<{kind}>{PATTERNS[kind]})" for kind in kinds))
+def _placeholder(rule: Rule, match: re.Match[str]) -> str:
+    if rule.check is not None and not rule.check(match):
+        return match.group(0)
+    return f"{parts(match)[0]}<secret:detected.{rule.kind}>"
+
+
+_DETECTOR = _Detector()
+
+
+def triggered_rules(text: str) -> tuple[Rule, ...]:
+    """The rules `redact_patterns` runs on `text` (those whose triggers it holds; most texts: none)."""
+    return tuple(RULES[index] for index in _DETECTOR.triggered(text))
 
 
 def redact_patterns(text: str) -> str:
     """`text` with every value that looks like a credential replaced by `<secret:detected.KIND>`."""
-    if len(text) < 16:
-        return text  # no pattern matches fewer characters
-    lowered = text.lower()
-    kinds = tuple(kind for kind, triggers in TRIGGERS.items() if any(t in lowered for t in triggers))
-    return _detector(kinds).sub(_placeholder, text) if kinds else text
-
-
-def _placeholder(match: re.Match[str]) -> str:
-    kind = match.lastgroup or "secret"
-    kept = match.groupdict().get(f"p_{kind}") or ""
-    return f"{kept}<secret:detected.{kind}>"
+    if len(text) < 8:
+        return text  # no rule matches fewer characters
+    return _DETECTOR.redact(text)
 
 
 class SecretsRegistry:

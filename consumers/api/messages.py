@@ -7,6 +7,7 @@ import uuid
 from datetime import UTC, datetime
 
 from fastapi import APIRouter, HTTPException
+from fastapi.concurrency import run_in_threadpool
 from pydantic import BaseModel, ConfigDict
 
 from consumers.api.deps import ApiContext, Ctx, Tenant
@@ -114,7 +115,9 @@ async def send_to_inbox(
     # "Not yours" and "does not exist" are the same answer, so neither can be probed.
     if (owner is not None and owner != tenant_id) or (owner is None and must_exist):
         raise HTTPException(404, f"no conversation {conversation_id!r}")
-    message = ctx.secrets.redact_record(
+    # Redaction reads the whole text: on a worker thread, not on the event loop every tenant shares.
+    message = await run_in_threadpool(
+        ctx.secrets.redact_record,
         InboxMessage(
             id=str(uuid.uuid4()),
             conversation_id=conversation_id,
@@ -123,7 +126,7 @@ async def send_to_inbox(
             command=command,
             content=content,
             sender=sender,
-        )
+        ),
     )
     (delivery,) = await ctx.publish_async([(INBOX, message)])
     if owner is None and claim is not None:

@@ -13,6 +13,7 @@ from datetime import UTC, datetime
 from typing import Any, Literal
 
 from fastapi import APIRouter, HTTPException
+from fastapi.concurrency import run_in_threadpool
 from pydantic import BaseModel, ConfigDict, Field
 
 from consumers.api.deps import ApiContext, Conn, Ctx, Tenant
@@ -126,7 +127,8 @@ async def record_decision(ctx: ApiContext, state: OperationState, body: Resolve,
         sender=by,
         operation_id=operation_id,
     )
-    resolved = ctx.secrets.redact_record(resolved)
+    # Redaction reads the whole note: on a worker thread, not on the event loop every tenant shares.
+    resolved = await run_in_threadpool(ctx.secrets.redact_record, resolved)
     # The decision is durable on the ledger before the runner is woken to act on it.
     await ctx.publish_async([(EFFECTS, resolved)])
     await ctx.publish_async([(INBOX, wake)])

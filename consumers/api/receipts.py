@@ -188,5 +188,6 @@ async def post_receipt(
         raise HTTPException(
             403, f"provider {signer!r} is not bound to tool {state.tool_name!r} (CONVDB_API__RECEIPT_TOOLS)"
         )
-    await ctx.publish_async([(RECEIPTS, ctx.secrets.redact_record(receipt))])
+    # Redaction reads the whole receipt: on a worker thread, not on the event loop every tenant shares.
+    await ctx.publish_async([(RECEIPTS, await run_in_threadpool(ctx.secrets.redact_record, receipt))])
     return Accepted(receipt_id=receipt.id, operation_id=receipt.operation_id)

@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 from pathlib import Path
 
 import pytest
 
 from infra.logs import JsonFormatter, TextFormatter
+from infra.secret_patterns import RULES
 from infra.secrets import (
-    PATTERNS,
-    TRIGGERS,
     SecretsFileError,
     SecretsRegistry,
     load_secrets_file,
@@ -34,6 +34,7 @@ PLANTED = {
     "-----END OPENSSH PRIVATE KEY-----",
     "bearer_token": "Authorization: Bearer abcdefghijklmnopqrstuvwxyz0123",
     "assigned_secret": 'export DB_PASSWORD="correct-horse-battery"',
+    "url_password": "postgresql://app:Xk9m2Qv7@db.internal:5432/app",
 }
 SECRET_PARTS = {
     "aws_access_key_id": "AKIAIOSFODNN7EXAMPLE",
@@ -47,6 +48,7 @@ SECRET_PARTS = {
     "private_key": "b3BlbnNzaC1",
     "bearer_token": "abcdefghijklmnop",
     "assigned_secret": "correct-horse",
+    "url_password": "Xk9m2Qv7",
 }
 
 
@@ -119,7 +121,6 @@ def test_records_are_made_writable_before_they_are_written() -> None:
     assert SecretsRegistry().redact_record(event).content == "binary \ufffd file \ufffd read"
 
 
-def test_every_pattern_has_its_triggers() -> None:
-    """A pattern runs only on text holding one of its triggers: a pattern without any never would."""
-    assert set(TRIGGERS) == set(PATTERNS)
-    assert all(triggers and all(t == t.lower() for t in triggers) for triggers in TRIGGERS.values())
+def test_every_rule_has_triggers_and_compiles() -> None:
+    """A rule runs only on text holding one of its triggers: a rule without any never would."""
+    assert all(rule.triggers and re.compile(rule.pattern) for rule in RULES)
