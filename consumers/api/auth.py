@@ -99,15 +99,6 @@ class AuthThrottle:
                 headers={"Retry-After": str(wait)},
             )
 
-    def check(self, client: str) -> None:
-        """Nothing: a refusal happens only in `failed`, once the credential proved wrong.
-
-        Kept for callers that ask before they know the outcome (`POST /receipts`), so a valid
-        signature from an address others fail from is never refused.
-        """
-        del client
-
-
 def client_address(request: Request) -> str:
     """The caller's address: the peer, or the client a trusted proxy forwarded for."""
     return request.client.host if request.client else "unknown"

@@ -163,7 +163,6 @@ async def post_receipt(
     """Verify, validate, check the operation, publish the receipt; answer once it is durable."""
     api = ctx.settings.api
     client = client_address(request)
-    ctx.throttle.check(client)
     if not x_convdb_signature:
         raise HTTPException(401, "missing X-Convdb-Signature header")
     body = await read_capped(request, api.receipt_max_bytes)
