@@ -99,6 +99,7 @@ class AuthThrottle:
                 headers={"Retry-After": str(wait)},
             )
 
+
 def client_address(request: Request) -> str:
     """The caller's address: the peer, or the client a trusted proxy forwarded for."""
     return request.client.host if request.client else "unknown"
