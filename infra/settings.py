@@ -129,6 +129,14 @@ class RuntimeSettings(Section):
         "(OpenHands batches, dead letters) in one transaction with their offsets; a user message or "
         "command still ends the batch and runs on its own.",
     )
+    max_record_bytes: int = Field(
+        1_000_000,
+        ge=4096,
+        description="Largest record a fleet runner writes (key and headers included): an event mapped "
+        "from an inbox record, or a dead letter, above it is refused before anything is written "
+        "(DLQ) instead of being retried for ever. librdkafka's message.max.bytes (1,000,000 unless set "
+        "in CONVDB_KAFKA__EXTRA) binds; set this lower when the brokers' max.message.bytes is lower.",
+    )
 
 
 class ReconcilerSettings(Section):

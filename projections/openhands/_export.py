@@ -14,6 +14,7 @@ import json
 from collections.abc import Iterable
 from typing import Any, NamedTuple
 
+from projections.openhands._arguments import expand as expand_arguments
 from projections.openhands._kinds import EXPORTED_KINDS, ORIGIN, STATE_UPDATE, rebuild
 from projections.openhands._patch import apply
 from projections.view import fold_all, initial
@@ -70,7 +71,8 @@ def export(conversation_id: str, events: Iterable[Event]) -> OpenHandsConversati
         elif "record" in marks:
             out.record(marks["record"], marks.get("as"))
         elif "derived_from" not in marks:
-            out.foreign(apply(rebuild(event), marks.get("patch", {})))
+            oh = apply(rebuild(event), marks.get("patch", {}))
+            out.foreign(expand_arguments(oh, event.arguments) if event.kind == "action" else oh)
     return out.result()
 
 
