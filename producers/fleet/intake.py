@@ -18,11 +18,12 @@ from confluent_kafka import Message
 
 from infra import tracing
 from infra.dlq import error_headers
+from infra.limits import HEADROOM, record_limit
 from infra.logs import log_context
 from infra.partitioner import partition_for
 from producers.errors import MisplacedRecordError, RecordFailedError, RecordTooLargeError
 from producers.fleet.batch import InboxBatch
-from producers.fleet.limits import HEADROOM, fit_dead_letter, record_fault, record_limit, too_large
+from producers.fleet.limits import fit_dead_letter, record_fault, too_large
 from producers.fleet.owner import FleetContext, PartitionOwner
 from producers.inbox import apply_inbox
 from producers.publisher import RawRecord

@@ -16,26 +16,13 @@ from confluent_kafka import KafkaError, KafkaException
 
 from infra.dlq import ERROR_MESSAGE
 from infra.errors import InfraError
-from infra.settings import Settings
+from infra.limits import HEADROOM
 from producers.errors import RecordTooLargeError
 from producers.publisher import RawRecord
 from schemas import AvroModel, Codec
 
-HEADROOM = 1024
-"""Bytes kept for what a record carries besides its value: trace headers, Kafka's framing."""
-
 _TOO_LARGE_CODES = frozenset({KafkaError.MSG_SIZE_TOO_LARGE, KafkaError.RECORD_LIST_TOO_LARGE})
 _TOO_LARGE_TEXT = ("message size too large", "msg_size_too_large", "record_list_too_large")
-
-
-def record_limit(settings: Settings) -> int:
-    """Largest record (value, key and headers) a runner writes: the setting, or librdkafka's
-    `message.max.bytes` when that is set lower."""
-    limit = settings.runtime.max_record_bytes
-    configured = settings.kafka.extra.get("message.max.bytes")
-    if isinstance(configured, int | str) and str(configured).isdigit():
-        limit = min(limit, int(configured))
-    return limit
 
 
 def check_sizes(codec: Codec, limit: int, records: Sequence[AvroModel], where: str) -> None:

@@ -13,11 +13,12 @@ from dataclasses import dataclass, field
 from confluent_kafka import Consumer
 
 from infra.dlq import error_headers
+from infra.limits import record_limit
 from infra.partitioner import partition_for
 from infra.settings import Settings
 from producers.conversation import Conversation
 from producers.fleet import external
-from producers.fleet.limits import check_sizes, fit_dead_letter, record_limit
+from producers.fleet.limits import check_sizes, fit_dead_letter
 from producers.fleet.restore import Refused, restore_conversation, restore_partition
 from producers.fleet.sink import PartitionSink
 from producers.fleet.snapshot import build_snapshot
