@@ -9,10 +9,9 @@ HEADROOM = 1024
 
 
 def record_limit(settings: Settings) -> int:
-    """Largest record (value, key and headers) a runner writes: `runtime.max_record_bytes`, or
-    librdkafka's `message.max.bytes` when that is set lower (`kafka.extra`)."""
-    limit = settings.runtime.max_record_bytes
-    configured = settings.kafka.extra.get("message.max.bytes")
-    if isinstance(configured, int | str) and str(configured).isdigit():
-        limit = min(limit, int(configured))
-    return limit
+    """Largest record (value, key and headers) a runner writes (`runtime.max_record_bytes`).
+
+    One that the broker or librdkafka refuses all the same (a lower `message.max.bytes`) is
+    dead-lettered when the commit fails (`producers.fleet.intake`), just later.
+    """
+    return settings.runtime.max_record_bytes

@@ -133,9 +133,10 @@ class RuntimeSettings(Section):
         1_000_000,
         ge=4096,
         description="Largest record a fleet runner writes (key and headers included): an event mapped "
-        "from an inbox record, or a dead letter, above it is refused before anything is written "
-        "(DLQ) instead of being retried for ever. librdkafka's message.max.bytes (1,000,000 unless set "
-        "in CONVDB_KAFKA__EXTRA) binds; set this lower when the brokers' max.message.bytes is lower.",
+        "from an inbox record above it is dead-lettered before anything is written, and a dead letter "
+        "above it loses its value. Keep it at or under librdkafka's message.max.bytes (1,000,000 unless "
+        "set in CONVDB_KAFKA__EXTRA) and the brokers' max.message.bytes: what they refuse anyway is "
+        "dead-lettered only after a failed commit.",
     )
 
 

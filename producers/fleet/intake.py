@@ -88,10 +88,13 @@ class Intake:
 
     def _stage(self, batch: InboxBatch, msg: Message) -> InboxMessage | None:
         """Stage an OpenHands payload or a dead letter in `batch`; a user message or command to run."""
+        fault = self.faults.pop((msg.partition(), msg.offset()), None)
+        if fault is not None:
+            # Refused by the broker as too large, its dead letter may be too: it goes without value.
+            bare = isinstance(fault, RecordTooLargeError)
+            batch.dead_letter(self._dead_letter(msg, fault, bare=bare), msg.offset() + 1)
+            return None
         try:
-            fault = self.faults.pop((msg.partition(), msg.offset()), None)
-            if fault is not None:
-                raise fault
             record = self._decode(msg)
             if isinstance(record, InboxMessage):
                 return record
@@ -201,8 +204,9 @@ class Intake:
         self.handled += 1
         self.touch()
 
-    def _dead_letter(self, msg: Message, exc: ConvdbError) -> RawRecord:
-        """Count and log a refused inbox record; its dead letter (DLQ topic, key, value, headers)."""
+    def _dead_letter(self, msg: Message, exc: ConvdbError, *, bare: bool = False) -> RawRecord:
+        """Count and log a refused inbox record; its dead letter (DLQ topic, key, value, headers),
+        without the value when `bare` or when it would not fit (`limits.fit_dead_letter`)."""
         logger.error(
             "%s[%d]@%d: inbox record to the DLQ: %s", msg.topic(), msg.partition(), msg.offset(), exc
         )
@@ -218,7 +222,7 @@ class Intake:
         self.ctx.metrics.refused.labels(refusal_reason(exc)).inc()
         headers = error_headers("runner", msg.topic(), msg.partition(), msg.offset(), exc)
         record = (DLQ.name(self.ctx.settings.namespace), msg.key(), msg.value() or b"", headers)
-        return fit_dead_letter(record, record_limit(self.ctx.settings))
+        return fit_dead_letter(record, 0 if bare else record_limit(self.ctx.settings))
 
 
 def refusal_reason(exc: BaseException) -> str:

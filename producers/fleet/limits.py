@@ -48,9 +48,7 @@ def fit_dead_letter(record: RawRecord, limit: int) -> RawRecord:
     size = len(value) + len(key or b"") + sum(len(k) + len(v) for k, v in headers) + HEADROOM
     if size <= limit:
         return record
-    note = (
-        f" (its {len(value)}-byte value is left out of this dead letter: with it, it exceeds {limit} bytes)"
-    )
+    note = f" (the record's {len(value)}-byte value is left out of this dead letter, too large with it)"
     kept = [(k, v + note.encode()) if k == ERROR_MESSAGE else (k, v) for k, v in headers]
     return topic, key, b"", kept
 
