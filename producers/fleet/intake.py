@@ -106,7 +106,8 @@ class Intake:
         except ConvdbError as exc:
             batch.dead_letter(self._dead_letter(msg, exc), msg.offset() + 1)
         except Exception as exc:  # noqa: BLE001 - staging changes nothing until it succeeds
-            batch.dead_letter(self._dead_letter(msg, self._fault(msg, exc)), msg.offset() + 1)
+            fault = self._fault(msg.partition(), msg.offset(), exc)
+            batch.dead_letter(self._dead_letter(msg, fault), msg.offset() + 1)
         return None
 
     def _decode(self, msg: Message) -> InboxMessage | ExternalBatch:
@@ -151,7 +152,7 @@ class Intake:
             if first is not None and end is not None and record_fault(exc):
                 partition = batch.owner.partition
                 if end - first == 1:
-                    self.faults[(partition, first)] = self._fault(None, exc, first)
+                    self.faults[(partition, first)] = self._fault(partition, first, exc)
                 else:
                     self.careful[partition] = end - 1
             raise
@@ -162,12 +163,12 @@ class Intake:
             self.handle(msg, record)
         except Exception as exc:
             if record_fault(exc):
-                self.faults[(msg.partition(), msg.offset())] = self._fault(msg, exc)
+                self.faults[(msg.partition(), msg.offset())] = self._fault(msg.partition(), msg.offset(), exc)
             raise
 
-    def _fault(self, msg: Message | None, exc: BaseException, offset: int | None = None) -> ConvdbError:
+    def _fault(self, partition: int, offset: int, exc: BaseException) -> ConvdbError:
         """The data error a failure of one inbox record stands for (the reason its dead letter gives)."""
-        where = f"{self.inbox}@{offset if msg is None else msg.offset()}"
+        where = f"{self.inbox}[{partition}]@{offset}"
         if too_large(exc):
             return RecordTooLargeError(f"{where}: the broker refused what it makes as too large: {exc}")
         return RecordFailedError(f"{where}: handling it raised {type(exc).__name__}: {str(exc)[:500]}")

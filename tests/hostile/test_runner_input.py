@@ -14,6 +14,7 @@ import uuid
 import zlib
 from collections.abc import Iterator
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -250,3 +251,34 @@ def test_foreign_records_in_the_events_and_state_topics_never_stop_a_restore(sta
     assert user[0].startswith("hello from umbrella") and len(user) == 3  # nothing lost, nothing foreign
     assert not any(isinstance(e, ExternalEvent) for e in stack.events(owner))
     assert 'convdb_runner_refused_records_total{reason="log"}' in stack.metrics()
+
+
+def test_a_record_the_broker_refuses_is_traced_to_it_and_dead_lettered(
+    broker: BrokerInfo, tmp_path: Path
+) -> None:
+    """What passes the runner's own check but not librdkafka's (a lower message.max.bytes): the
+    batch's commit fails, its records commit one by one, and the culprit is dead-lettered."""
+    settings = runner_settings(broker, tmp_path)
+    stack = RunnerStack(
+        settings, tmp_path, runner_env={"CONVDB_KAFKA__EXTRA": '{"message.max.bytes": 300000}'}
+    )
+    cid = openhands_id(1, settings)
+    big = fresh(SAMPLE)[:2]
+    big[1]["llm_message"]["content"] = [{"type": "text", "text": "b" * 400_000}]
+    before, after = fresh(SAMPLE), fresh(SAMPLE)
+    places = [stack.inbox_batch(cid, batch) for batch in (before, big, after)]  # one batch, read at once
+    try:
+        stack.start(api=False)
+        umbrella_finishes(stack, 1, "after a record the broker refused")
+        stack.caught_up()
+        letter = stack.dead_letter_of(places[1])
+        assert letter is not None and letter[ERROR_CLASS] == "RecordTooLargeError", letter
+        assert letter["value_bytes"] == 0 and "too large" in letter[ERROR_MESSAGE]
+        assert stack.dead_letter_of(places[0]) is None and stack.dead_letter_of(places[2]) is None
+        held = {e.id for e in stack.events(cid)}
+        assert {e["id"] for e in before + after} <= held and big[1]["id"] not in held
+        assert len(stack.lines("write_failed")) == 2  # the batch, then the record alone
+        healthy(stack)
+        assert "convdb_runner_stalled_partitions 0.0" in stack.metrics()
+    finally:
+        stack.stop()
