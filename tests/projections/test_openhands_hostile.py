@@ -40,9 +40,9 @@ CODEC = SingleObjectCodec()
 
 def written(events: list[Any]) -> None:
     """Every mapped event is a record the codec writes and reads back (what the runner commits)."""
-    for event in events:
-        assert record_problem(event) is None, event
-        assert CODEC.decode(CODEC.encode(event)) == event
+    for mapped in events:
+        assert record_problem(mapped) is None, mapped
+        assert CODEC.decode(CODEC.encode(mapped)) == mapped
 
 
 def batch_outcome(batch: list[Any]) -> str:
@@ -74,7 +74,7 @@ def info_outcome(info: Any) -> str:
     return "mapped"
 
 
-@settings(max_examples=400)
+@settings(max_examples=1000)
 @given(batch=hostile_batches())
 def test_a_hostile_batch_is_refused_with_the_data_error_or_mapped_whole(batch: list[Any]) -> None:
     outcome = batch_outcome(batch)
@@ -82,7 +82,7 @@ def test_a_hostile_batch_is_refused_with_the_data_error_or_mapped_whole(batch: l
     assert outcome in ("refused", "unmapped", "mapped")
 
 
-@settings(max_examples=300)
+@settings(max_examples=500)
 @given(info=hostile_infos())
 def test_a_hostile_conversation_info_is_refused_with_the_data_error_or_mapped(info: Any) -> None:
     outcome = info_outcome(info)
