@@ -96,7 +96,9 @@ def compact(patch: dict[str, Any], canonical: str) -> dict[str, Any]:
 def expand(oh: dict[str, Any], canonical: str) -> dict[str, Any]:
     """An exported ActionEvent with a referenced arguments text spelled out (`compact` undone)."""
     call = oh.get("tool_call")
-    arguments = call.get("arguments") if isinstance(call, dict) else None
+    if not isinstance(call, dict):
+        return oh
+    arguments = call.get("arguments")
     if not isinstance(arguments, dict) or REFERENCE not in arguments:
         return oh
     return {**oh, "tool_call": {**call, "arguments": spell(canonical, arguments[REFERENCE])}}
