@@ -18,7 +18,7 @@ from collections.abc import Callable, Sequence
 from producers.conversation import Conversation
 from producers.errors import RecordRefusedError
 from projections.errors import ForeignRecordError
-from projections.openhands import ORIGIN, OpenHandsState, Received, ingest, resume
+from projections.openhands import ORIGIN, OpenHandsState, Received, ingest, marks_of, resume
 from projections.view import ViewState
 from schemas import AvroModel, ExternalBatch, InboxMessage
 
@@ -33,10 +33,23 @@ def origin_of(view: ViewState) -> str | None:
     """
     if not view.log:
         return None
-    first = view.log[0]
-    if first.extension is None:
-        return None
-    return ORIGIN if ORIGIN in json.loads(first.extension) else None
+    return ORIGIN if marks_of(view.log[0].extension) is not None else None
+
+
+def check_extensions(records: Sequence[AvroModel], where: str) -> None:
+    """Refuse records whose `extension` the secret redaction left unreadable (a match that spanned
+    JSON quotes): written, they would lose the OpenHands record they carry.
+
+    Raises:
+        ForeignRecordError: one such record (nothing is staged).
+    """
+    for record in records:
+        extension = getattr(record, "extension", None)
+        if extension is not None and marks_of(extension) is None:
+            raise ForeignRecordError(
+                f"{where}: event {getattr(record, 'id', '')[:80]}: its OpenHands record is no JSON once "
+                "credentials are redacted"
+            )
 
 
 def refuse(conv: Conversation, record: InboxMessage | ExternalBatch) -> None:

@@ -221,6 +221,7 @@ class PartitionOwner:
         cid = batch.conversation_id
 
         def check(records: Sequence[AvroModel]) -> None:
+            external.check_extensions(records, f"inbox record {batch.id}")
             check_sizes(self.ctx.codec, self.record_limit, records, f"inbox record {batch.id}")
 
         self.external[cid], staged = external.stage(conv, self.external.get(cid), batch, check)
