@@ -36,16 +36,19 @@ def origin_of(view: ViewState) -> str | None:
     return ORIGIN if marks_of(view.log[0].extension) is not None else None
 
 
-def check_extensions(records: Sequence[AvroModel], where: str) -> None:
+def check_extensions(records: Sequence[AvroModel], mapped: Sequence[AvroModel], where: str) -> None:
     """Refuse records whose `extension` the secret redaction left unreadable (a match that spanned
-    JSON quotes): written, they would lose the OpenHands record they carry.
+    JSON quotes): written, they would lose the OpenHands record they carry. Only extensions the
+    redaction changed (`records` against the `mapped` ones before it) are read again.
 
     Raises:
         ForeignRecordError: one such record (nothing is staged).
     """
-    for record in records:
+    for record, before in zip(records, mapped, strict=True):
         extension = getattr(record, "extension", None)
-        if extension is not None and marks_of(extension) is None:
+        if extension is None or extension is getattr(before, "extension", None):
+            continue
+        if marks_of(extension) is None:
             raise ForeignRecordError(
                 f"{where}: event {getattr(record, 'id', '')[:80]}: its OpenHands record is no JSON once "
                 "credentials are redacted"
@@ -75,12 +78,13 @@ def stage(
     conv: Conversation,
     known: OpenHandsState | None,
     batch: ExternalBatch,
-    check: Callable[[Sequence[AvroModel]], object],
+    check: Callable[[Sequence[AvroModel], Sequence[AvroModel]], object],
 ) -> tuple[OpenHandsState, list[AvroModel]]:
     """Map `batch` onto `conv`'s next events, folded into `conv` for the runner's batch to commit.
 
     `known` is the mapping state after the conversation's last batch (None: rebuilt from its
-    log); `check` refuses records that could not be written (`limits.check_sizes`). Returns the
+    log); `check` refuses records that could not be written (given them redacted, then as
+    mapped: `PartitionOwner.stage_external`). Returns the
     new mapping state and the staged records (none when every event is held). All or nothing:
     a payload refused for any reason leaves `conv` as it was.
 
@@ -96,7 +100,7 @@ def stage(
         )
         payload = json.loads(batch.payload)
         mapped, events = ingest(state, Received(batch.payload_kind, payload, batch.timestamp))
-        staged = conv.stage(lambda: events, check) if events else []
+        staged = conv.stage(lambda: events, lambda records: check(records, events)) if events else []
     except (ForeignRecordError, RecordRefusedError):
         raise
     except Exception as exc:  # noqa: BLE001 - pure mapping and fold, nothing written: this payload's fault

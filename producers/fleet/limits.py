@@ -20,25 +20,50 @@ from infra.limits import HEADROOM
 from producers.errors import RecordTooLargeError
 from producers.publisher import RawRecord
 from schemas import AvroModel, Codec
+from schemas.validation import check_record
 
+_FIELD_BYTES = 16
+"""More than a long, a double, a timestamp or a string's length prefix takes in Avro."""
 _TOO_LARGE_CODES = frozenset({KafkaError.MSG_SIZE_TOO_LARGE, KafkaError.RECORD_LIST_TOO_LARGE})
 _TOO_LARGE_TEXT = ("message size too large", "msg_size_too_large", "record_list_too_large")
 
 
 def check_sizes(codec: Codec, limit: int, records: Sequence[AvroModel], where: str) -> None:
-    """Refuse records that would not fit in one broker record (`codec` encodes each once here).
+    """Refuse records the codec would refuse, or too large for one broker record.
+
+    A record whose texts cannot add up to the limit (4 bytes a character at most) is not encoded
+    here: only a large one costs an encoding more than its commit does.
 
     Raises:
-        RecordTooLargeError: one does not fit (nothing was written).
+        InvalidRecordError: one breaks the identifier and text rules (nothing was written).
+        RecordTooLargeError: one does not fit.
         SchemaError: one cannot be encoded.
     """
     for record in records:
+        check_record(record, where)
+        if _most_bytes(record) + HEADROOM <= limit:
+            continue
         size = len(codec.encode(record)) + len(record.conversation_id.encode()) + HEADROOM
         if size > limit:
             raise RecordTooLargeError(
                 f"{where}: {type(record).__name__} {getattr(record, 'id', '')[:80]} would be a record of "
                 f"{size} bytes; the runner writes at most {limit} (CONVDB_RUNTIME__MAX_RECORD_BYTES)"
             )
+
+
+def _most_bytes(record: AvroModel) -> int:
+    """An upper bound of a record's encoded size: UTF-8 takes at most 4 bytes a character, and
+    every other field (numbers, times, flags) less than `_FIELD_BYTES`."""
+    total = 64  # framing: fingerprint, union branch
+    for value in record.__dict__.values():
+        kind = type(value)
+        if kind is str or kind is bytes:
+            total += 4 * len(value)
+        elif kind is tuple:
+            total += sum(4 * len(v) if type(v) is str or type(v) is bytes else 0 for v in value)
+            total += _FIELD_BYTES * len(value)
+        total += _FIELD_BYTES
+    return total
 
 
 def fit_dead_letter(record: RawRecord, limit: int) -> RawRecord:

@@ -220,8 +220,8 @@ class PartitionOwner:
         conv = self.admit(batch)
         cid = batch.conversation_id
 
-        def check(records: Sequence[AvroModel]) -> None:
-            external.check_extensions(records, f"inbox record {batch.id}")
+        def check(records: Sequence[AvroModel], mapped: Sequence[AvroModel]) -> None:
+            external.check_extensions(records, mapped, f"inbox record {batch.id}")
             check_sizes(self.ctx.codec, self.record_limit, records, f"inbox record {batch.id}")
 
         self.external[cid], staged = external.stage(conv, self.external.get(cid), batch, check)

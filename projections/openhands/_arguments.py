@@ -15,6 +15,8 @@ from typing import Any
 from projections.openhands._fields import canonical_json
 from schemas.validation import json_problem
 
+WORTH = 1024
+"""Shorter raw texts are kept as they are: the second copy costs less than spelling it back."""
 REFERENCE = "$canonical"
 """Key of the reference that replaces the raw text in a patch (the raw text is always a string)."""
 
@@ -84,7 +86,7 @@ def compact(patch: dict[str, Any], canonical: str) -> dict[str, Any]:
     spells it and is shorter."""
     call = patch.get(">", {}).get("tool_call", {})
     raw = call.get("=", {}).get("arguments")
-    if not isinstance(raw, str):
+    if not isinstance(raw, str) or len(raw) < WORTH:
         return patch
     reference = reference_for(canonical, raw)
     if reference is None or len(json.dumps(reference)) >= len(raw):

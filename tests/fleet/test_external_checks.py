@@ -24,9 +24,12 @@ def message(extension: str | None, content: str = "hi") -> MessageEvent:
 
 
 def test_an_extension_redaction_left_unreadable_is_refused_and_never_read_as_a_crash() -> None:
-    check_extensions([message('{"openhands":{}}'), message(None)], "inbox record r1")
+    mapped = [message('{"openhands":{"patch":"sk-..."}}'), message(None)]
+    check_extensions(mapped, mapped, "inbox record r1")  # unchanged by the redaction: not read again
+    check_extensions([message('{"openhands":{}}'), message(None)], mapped, "inbox record r1")
     with pytest.raises(ForeignRecordError, match="no JSON once credentials are redacted"):
-        check_extensions([message('{"openhands":{"patch":"<secret:detected.x>')], "inbox record r1")
+        redacted = [message('{"openhands":{"patch":"<secret:detected.x>'), message(None)]
+        check_extensions(redacted, mapped, "inbox record r1")
     broken = fold(initial("c1"), message('{"openhands": not json'))
     assert origin_of(broken) is None  # an older log with such a record still restores
 

@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 
 from projections.errors import ForeignRecordError, ProjectionError
 from projections.openhands import Received, check_events, check_record, export, ingest, initial
-from projections.openhands._arguments import compact, expand, reference_for
+from projections.openhands._arguments import compact, expand, reference_for, spell
 from projections.openhands._check import clean
 from projections.openhands._fields import canonical_json
 from projections.openhands._patch import apply, diff
@@ -180,14 +180,17 @@ def test_a_message_text_is_stored_once() -> None:
 def test_raw_arguments_are_spelled_back_exactly_or_kept(
     value: dict[str, Any], separators: tuple[str, str], ascii_only: bool, indent: int | None
 ) -> None:
+    value = {**value, "padding": "p" * 1024}  # long enough to be worth a reference
     raw = json.dumps(value, separators=separators, ensure_ascii=ascii_only, indent=indent)
     canonical = canonical_json(json.loads(raw))
+    reference = reference_for(canonical, raw)
+    if reference is not None:
+        assert spell(canonical, reference) == raw
     patch = {">": {"tool_call": {"=": {"arguments": raw}}}}
     squeezed = compact(patch, canonical)
     oh = apply({"tool_call": {"arguments": canonical}}, squeezed)
     assert expand(oh, canonical)["tool_call"]["arguments"] == raw
-    if reference_for(canonical, raw) is None:
-        assert squeezed == patch
+    assert (squeezed == patch) == (reference is None)
 
 
 @given(
