@@ -130,6 +130,15 @@ class RuntimeSettings(Section):
         "(OpenHands batches, dead letters) in one transaction with their offsets; a user message or "
         "command still ends the batch and runs on its own.",
     )
+    max_record_bytes: int = Field(
+        1_000_000,
+        ge=4096,
+        description="Largest record a fleet runner writes (key and headers included): an event mapped "
+        "from an inbox record above it is dead-lettered before anything is written, and a dead letter "
+        "above it loses its value. Keep it at or under librdkafka's message.max.bytes (1,000,000 unless "
+        "set in CONVDB_KAFKA__EXTRA) and the brokers' max.message.bytes: what they refuse anyway is "
+        "dead-lettered only after a failed commit.",
+    )
 
 
 class ReconcilerSettings(Section):

@@ -171,20 +171,31 @@ class Conversation:
             self.snapshot_if_due(records)
             return records
 
-    def stage(self, build: Callable[[], Sequence[AvroModel]]) -> list[AvroModel]:
+    def stage(
+        self,
+        build: Callable[[], Sequence[AvroModel]],
+        check: Callable[[Sequence[AvroModel]], object] | None = None,
+    ) -> list[AvroModel]:
         """Build, redact and fold in records that the owner's batch transaction commits later.
 
-        Until the owner calls `durable`, this object is ahead of the log: a failed batch leaves it
-        unusable, like a failed `commit` (its owner rebuilds it from the log).
+        `check` sees the redacted records first (what will be written) and may refuse them by
+        raising; a refused or unfoldable group changes nothing here. Until the owner calls
+        `durable`, this object is ahead of the log: a failed batch leaves it unusable, like a
+        failed `commit` (its owner rebuilds it from the log).
         """
         with self._lock:
             records = [self.services.secrets.redact_record(r) for r in build()]
+            if check is not None:
+                check(records)
             self._fold(records)
             return records
 
     def _fold(self, records: Sequence[AvroModel]) -> None:
+        # All or nothing: a record the fold refuses leaves the state as it was.
+        state = self._state
         for record in records:
-            self._state = fold(self._state, record)
+            state = fold(state, record)
+        self._state = state
 
     def durable(self, records: Sequence[AvroModel], deliveries: Sequence[Delivery]) -> None:
         """Folded records are durable at these positions."""

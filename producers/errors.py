@@ -38,3 +38,16 @@ class ConversationNotFoundError(ConvdbError):
 class RecordRefusedError(ConvdbError):
     """An inbox record its conversation cannot take (another tenant's, an OpenHands payload for a
     conversation convdb runs, a user message for one that runs in OpenHands); it goes to the DLQ."""
+
+
+class MisplacedRecordError(RecordRefusedError):
+    """An inbox record keyed by another id than its conversation's, or on another partition than its
+    key maps to (its conversation's runner is elsewhere: taking it would make a second writer)."""
+
+
+class RecordTooLargeError(RecordRefusedError):
+    """What an inbox record makes (an event, a dead letter) is larger than the broker takes."""
+
+
+class RecordFailedError(RecordRefusedError):
+    """Handling an inbox record raised an error nobody foresaw; it goes to the DLQ with that error."""

@@ -25,6 +25,9 @@ LEDGER_STATES = {
 }
 """Ledger record kind -> the operation state it records (`resolved`: a human or lookup decided)."""
 
+REFUSAL_REASONS = ("tenant", "invalid", "partition", "too_large", "failed", "log")
+"""The `reason` label of `convdb_runner_refused_records`."""
+
 
 class RunnerMetrics:
     """A runner's counters, in their own registry (several runners may share a test process)."""
@@ -57,13 +60,26 @@ class RunnerMetrics:
         self.inbox = Counter("convdb_runner_inbox_records", "Inbox records handled", registry=r)
         self.refused = Counter(
             "convdb_runner_refused_records",
-            "Inbox records dead-lettered, by reason (tenant: another tenant than the conversation's)",
+            "Records dead-lettered, by reason (tenant: another tenant than the conversation's; "
+            "partition: on another partition than its key maps to; too_large: what it makes exceeds "
+            "the record limit; failed: its handling raised an unforeseen error; log: an events, state "
+            "or effects record a restore could not use)",
             ["reason"],
             registry=r,
         )
-        for reason in ("tenant", "invalid"):
+        for reason in REFUSAL_REASONS:
             self.refused.labels(reason)
         self.partitions = Gauge("convdb_runner_partitions", "Inbox partitions this runner owns", registry=r)
+        self.write_failures = Counter(
+            "convdb_runner_write_failures",
+            "Failed writes (or rebuilds) of an owned partition, each retried from the log",
+            registry=r,
+        )
+        self.stalled = Gauge(
+            "convdb_runner_stalled_partitions",
+            "Owned partitions whose writes keep failing with no progress (also a /healthz problem)",
+            registry=r,
+        )
         self.progress: Callable[[], None] = _nothing
         """Called at every step and commit: the runner's health heartbeat during a long run."""
         for record_type in LEDGER_TYPES:
@@ -73,7 +89,8 @@ class RunnerMetrics:
         """Also expose these series through another registry (the runner's ops endpoint)."""
         for collector in (
             self.steps, self.step_seconds, self.llm_calls, self.llm_tokens, self.llm_cost,
-            self.operations, self.inbox, self.refused, self.partitions,
+            self.operations, self.inbox, self.refused, self.partitions, self.write_failures,
+            self.stalled,
         ):  # fmt: skip
             registry.register(collector)
 

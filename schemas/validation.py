@@ -17,6 +17,7 @@ retried forever. `check_record` runs on every consumed record: it is written to 
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 
 from schemas._types import AvroModel
@@ -28,6 +29,11 @@ MAX_OPERATION_ID = 2 * MAX_ID + 1
 """Longest operation id: `{conversation_id}/{action_id}`."""
 MAX_SHOWN = 80
 """Characters of a refused value that an error message repeats."""
+MIN_INT64, MAX_INT64 = -(2**63), 2**63 - 1
+"""Integers convdb stores are Avro longs and 64-bit store columns."""
+MAX_JSON_DEPTH = 64
+"""Deepest nesting of arrays and objects accepted in foreign JSON (webhooks, imports): deeper
+values cannot be walked, compared or encoded without exhausting Python's recursion limit."""
 
 ID_PATTERN = r"^[^\x00-\x1f\x7f-\x9f]+$"
 """The identifier rule as an OpenAPI pattern (the printable check is stricter; the length is separate)."""
@@ -133,6 +139,40 @@ def check_text(value: object, what: str = "text", max_length: int | None = None)
     if problem is not None:
         raise InvalidValueError(f"{what} {problem}")
     return value  # type: ignore[return-value]
+
+
+def json_problem(value: object, max_depth: int = MAX_JSON_DEPTH) -> str | None:
+    """Why a parsed JSON value cannot be stored, or None: nested deeper than `max_depth`, an
+    integer outside 64 bits, or a NaN or infinite number (Python's JSON reader accepts them).
+    Iterative (no recursion) and linear in the size of `value`; strings, the bulk of a payload,
+    cost one type test each."""
+    problem = _scalar_problem(value)
+    if problem is not None or not isinstance(value, dict | list):
+        return problem
+    pending: list[tuple[dict[str, object] | list[object], int]] = [(value, 1)]
+    while pending:
+        item, depth = pending.pop()
+        if depth > max_depth:
+            return f"is nested more than {max_depth} levels deep"
+        for child in item.values() if type(item) is dict else item:
+            kind = type(child)
+            if kind is str:
+                continue
+            if kind is dict or kind is list:
+                pending.append((child, depth + 1))  # type: ignore[arg-type]
+            elif kind is int or kind is float:
+                problem = _scalar_problem(child)
+                if problem is not None:
+                    return problem
+    return None
+
+
+def _scalar_problem(value: object) -> str | None:
+    if type(value) is int and not MIN_INT64 <= value <= MAX_INT64:
+        return f"holds an integer outside the signed 64-bit range ({value.bit_length()} bits)"
+    if type(value) is float and not math.isfinite(value):
+        return f"holds the number {value!r} (JSON has no NaN or Infinity)"
+    return None
 
 
 def clean_text(value: str) -> str:

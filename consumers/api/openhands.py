@@ -16,6 +16,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from fastapi import APIRouter, HTTPException, Request
+from fastapi.concurrency import run_in_threadpool
 from pydantic import BaseModel
 
 from consumers.api._acks import AsyncAcks
@@ -23,8 +24,18 @@ from consumers.api._body import read_capped
 from consumers.api.deps import ApiContext, context
 from consumers.api.ownership import Claim, OwnershipUnknownError
 from infra.errors import PublishError
+from infra.json_redaction import redact_json
+from infra.limits import HEADROOM, record_limit
 from projections.errors import ForeignRecordError
-from projections.openhands import ORIGIN, check_events, check_record, conversation_key
+from projections.openhands import (
+    ORIGIN,
+    Received,
+    check_events,
+    check_record,
+    conversation_key,
+    ingest,
+    initial,
+)
 from schemas import ExternalBatch
 from schemas.topics import INBOX
 
@@ -65,21 +76,15 @@ async def post_events(conversation_id: str, request: Request) -> Stored:
     tenant_id = _tenant(request, ctx)
     cid = _conversation(conversation_id)
     body = await read_capped(request, ctx.settings.openhands.max_body_bytes)
-    items = _parse(body)
-    if isinstance(items, list) and len(items) > ctx.settings.openhands.max_events:
-        raise HTTPException(
-            413, f"{len(items)} events in one batch; the limit is {ctx.settings.openhands.max_events}"
-        )
-    try:
-        events = check_events(items)
-    except ForeignRecordError as exc:
-        raise HTTPException(400, f"bad OpenHands batch: {exc}; nothing was stored") from exc
+    # Parsing, checking, splitting and redacting a body of megabytes are linear, not cheap (the
+    # redactor's cost is its patterns'): on a worker thread, never holding the event loop that
+    # serves every other request.
+    events, payloads = await run_in_threadpool(_prepared_events, ctx, cid, tenant_id, body)
     claim = await _check_owner(request, ctx, cid, tenant_id)
-    payloads = _split(body.decode(), events, ctx.settings.openhands.max_record_bytes)
     records = await _store(request, ctx, cid, tenant_id, "events", payloads)
     if claim is not None:
         await _confirm(request, ctx, cid, tenant_id, claim, records[0].offset)
-    return Stored(conversation_id=cid, events=len(events), records=records)
+    return Stored(conversation_id=cid, events=events, records=records)
 
 
 @router.post(
@@ -93,18 +98,9 @@ async def post_conversation(request: Request) -> Stored:
     ctx = context(request)
     tenant_id = _tenant(request, ctx)
     body = await read_capped(request, ctx.settings.openhands.max_body_bytes)
-    try:
-        info = check_record("conversation_info", _parse(body))
-        cid = conversation_key(info["id"], "conversation info")
-    except ForeignRecordError as exc:
-        raise HTTPException(400, f"bad ConversationInfo: {exc}; nothing was stored") from exc
-    if len(body) > ctx.settings.openhands.max_record_bytes:
-        raise HTTPException(
-            413,
-            f"ConversationInfo of {len(body)} bytes; the limit is {ctx.settings.openhands.max_record_bytes}",
-        )
+    cid, payload = await run_in_threadpool(_prepared_info, ctx, body)
     claim = await _check_owner(request, ctx, cid, tenant_id)
-    records = await _store(request, ctx, cid, tenant_id, "conversation_info", [body.decode()])
+    records = await _store(request, ctx, cid, tenant_id, "conversation_info", [payload])
     if claim is not None:
         await _confirm(request, ctx, cid, tenant_id, claim, records[0].offset)
     return Stored(conversation_id=cid, events=0, records=records)
@@ -132,6 +128,59 @@ def _conversation(raw: str) -> str:
         return conversation_key(raw, "conversation id")
     except ForeignRecordError as exc:
         raise HTTPException(400, str(exc)) from exc
+
+
+def _prepared_events(ctx: ApiContext, cid: str, tenant_id: str, body: bytes) -> tuple[int, list[str]]:
+    """A batch checked whole (4xx otherwise): its event count and its inbox payloads, redacted."""
+    items = _parse(body)
+    if isinstance(items, list) and len(items) > ctx.settings.openhands.max_events:
+        raise HTTPException(
+            413, f"{len(items)} events in one batch; the limit is {ctx.settings.openhands.max_events}"
+        )
+    try:
+        events = check_events(items)
+    except ForeignRecordError as exc:
+        raise HTTPException(400, f"bad OpenHands batch: {exc}; nothing was stored") from exc
+    for index, event in enumerate(events):
+        _check_mapped_size(ctx, cid, tenant_id, index, event)
+    payloads = _split(body.decode(), events, ctx.settings.openhands.max_record_bytes)
+    return len(events), [redact_json(ctx.secrets, payload) for payload in payloads]
+
+
+def _prepared_info(ctx: ApiContext, body: bytes) -> tuple[str, str]:
+    """A ConversationInfo checked (4xx otherwise): its conversation and its inbox payload, redacted."""
+    try:
+        info = check_record("conversation_info", _parse(body))
+        cid = conversation_key(info["id"], "conversation info")
+    except ForeignRecordError as exc:
+        raise HTTPException(400, f"bad ConversationInfo: {exc}; nothing was stored") from exc
+    if len(body) > ctx.settings.openhands.max_record_bytes:
+        raise HTTPException(
+            413,
+            f"ConversationInfo of {len(body)} bytes; the limit is {ctx.settings.openhands.max_record_bytes}",
+        )
+    return cid, redact_json(ctx.secrets, body.decode())
+
+
+def _check_mapped_size(ctx: ApiContext, cid: str, tenant_id: str, index: int, event: dict[str, Any]) -> None:
+    """413 for an event whose convdb record would be larger than the runner writes (it would be
+    dead-lettered). The convdb record holds the text once, so only an event of more than half the
+    limit can exceed it: only those are mapped here."""
+    limit = record_limit(ctx.settings)
+    if len(json.dumps(event, ensure_ascii=False).encode()) <= limit // 2:
+        return
+    try:
+        _, mapped = ingest(initial(cid, tenant_id), Received("events", [event], datetime.now(UTC)))
+    except ForeignRecordError:
+        return  # maps only after the events before it: the runner checks it there
+    for record in mapped:
+        size = len(ctx.codec.encode(record)) + len(cid) + HEADROOM
+        if size > limit:
+            raise HTTPException(
+                413,
+                f"event {index} (id {event['id'][:40]}) would be a convdb record of {size} bytes; the "
+                f"limit is {limit} (nothing was stored)",
+            )
 
 
 def _parse(body: bytes) -> Any:
@@ -219,9 +268,8 @@ async def _store(
                     timestamp=now,
                     origin=ORIGIN,
                     payload_kind=payload_kind,
-                    # What the agent-server sent, with credentials hidden before it is written:
-                    # placeholders fit inside JSON strings, so the payload stays valid JSON.
-                    payload=ctx.secrets.redact(payload),
+                    # What the agent-server sent, credentials already hidden (`redact_json`).
+                    payload=payload,
                 )
             ),
         )

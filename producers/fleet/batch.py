@@ -31,6 +31,8 @@ class InboxBatch:
     staged: list[tuple[Conversation, list[AvroModel]]] = field(default_factory=list)
     dead: list[RawRecord] = field(default_factory=list)
     next_offset: int | None = None
+    first_offset: int | None = None
+    """Inbox offset of the batch's first record (None while it holds none)."""
     applied: int = 0
     """Foreign payloads in the batch (dead letters are not counted)."""
 
@@ -39,12 +41,17 @@ class InboxBatch:
         conv, staged = self.owner.stage_external(batch, next_offset)
         if staged:
             self.staged.append((conv, staged))
-        self.next_offset = next_offset
+        self._took(next_offset)
         self.applied += 1
 
     def dead_letter(self, record: RawRecord, next_offset: int) -> None:
         """Send an inbox record to the DLQ with the batch."""
         self.dead.append(record)
+        self._took(next_offset)
+
+    def _took(self, next_offset: int) -> None:
+        if self.first_offset is None:
+            self.first_offset = next_offset - 1
         self.next_offset = next_offset
 
     def commit(self) -> int:
@@ -53,6 +60,7 @@ class InboxBatch:
         Raises:
             FencedError, PublishError: nothing of the batch was committed (the staged
                 conversations are ahead of the log: the runner drops or rebuilds the partition).
+                Any other error (a record the codec or the broker refuses) leaves it the same way.
         """
         if self.next_offset is None:
             return 0
@@ -69,5 +77,5 @@ class InboxBatch:
         for conv in {id(c): c for c, _ in self.staged}.values():
             conv.snapshot_if_due()
         applied = self.applied
-        self.staged, self.dead, self.next_offset, self.applied = [], [], None, 0
+        self.staged, self.dead, self.next_offset, self.first_offset, self.applied = [], [], None, None, 0
         return applied

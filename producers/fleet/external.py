@@ -13,11 +13,12 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Callable, Sequence
 
 from producers.conversation import Conversation
 from producers.errors import RecordRefusedError
-from projections.errors import ForeignRecordError, ProjectionError
-from projections.openhands import ORIGIN, OpenHandsState, Received, ingest, resume
+from projections.errors import ForeignRecordError
+from projections.openhands import ORIGIN, OpenHandsState, Received, ingest, marks_of, resume
 from projections.view import ViewState
 from schemas import AvroModel, ExternalBatch, InboxMessage
 
@@ -32,10 +33,26 @@ def origin_of(view: ViewState) -> str | None:
     """
     if not view.log:
         return None
-    first = view.log[0]
-    if first.extension is None:
-        return None
-    return ORIGIN if ORIGIN in json.loads(first.extension) else None
+    return ORIGIN if marks_of(view.log[0].extension) is not None else None
+
+
+def check_extensions(records: Sequence[AvroModel], mapped: Sequence[AvroModel], where: str) -> None:
+    """Refuse records whose `extension` the secret redaction left unreadable (a match that spanned
+    JSON quotes): written, they would lose the OpenHands record they carry. Only extensions the
+    redaction changed (`records` against the `mapped` ones before it) are read again.
+
+    Raises:
+        ForeignRecordError: one such record (nothing is staged).
+    """
+    for record, before in zip(records, mapped, strict=True):
+        extension = getattr(record, "extension", None)
+        if extension is None or extension is getattr(before, "extension", None):
+            continue
+        if marks_of(extension) is None:
+            raise ForeignRecordError(
+                f"{where}: event {getattr(record, 'id', '')[:80]}: its OpenHands record is no JSON once "
+                "credentials are redacted"
+            )
 
 
 def refuse(conv: Conversation, record: InboxMessage | ExternalBatch) -> None:
@@ -58,30 +75,38 @@ def refuse(conv: Conversation, record: InboxMessage | ExternalBatch) -> None:
 
 
 def stage(
-    conv: Conversation, known: OpenHandsState | None, batch: ExternalBatch
+    conv: Conversation,
+    known: OpenHandsState | None,
+    batch: ExternalBatch,
+    check: Callable[[Sequence[AvroModel], Sequence[AvroModel]], object],
 ) -> tuple[OpenHandsState, list[AvroModel]]:
     """Map `batch` onto `conv`'s next events, folded into `conv` for the runner's batch to commit.
 
     `known` is the mapping state after the conversation's last batch (None: rebuilt from its
-    log). Returns the new mapping state and the staged records (none when every event is held).
+    log); `check` refuses records that could not be written (given them redacted, then as
+    mapped: `PartitionOwner.stage_external`). Returns the
+    new mapping state and the staged records (none when every event is held). All or nothing:
+    a payload refused for any reason leaves `conv` as it was.
 
     Raises:
-        ForeignRecordError: the payload is not valid OpenHands data (nothing is staged).
+        ForeignRecordError: the payload is not valid OpenHands data, or mapping it failed.
+        RecordTooLargeError: an event it maps to is larger than the broker takes.
     """
-    state = known or (
-        resume(conv.state.view, conv.tenant_id)
-        if conv.state.view.log
-        else OpenHandsState(conv.state.view, batch.tenant_id)
-    )
     try:
+        state = known or (
+            resume(conv.state.view, conv.tenant_id)
+            if conv.state.view.log
+            else OpenHandsState(conv.state.view, batch.tenant_id)
+        )
         payload = json.loads(batch.payload)
         mapped, events = ingest(state, Received(batch.payload_kind, payload, batch.timestamp))
-    except ForeignRecordError:
+        staged = conv.stage(lambda: events, lambda records: check(records, events)) if events else []
+    except (ForeignRecordError, RecordRefusedError):
         raise
-    except (ValueError, ProjectionError) as exc:
-        # The mapping is pure and ran before anything was staged: a data error, not a crash.
-        raise ForeignRecordError(f"inbox record {batch.id}: {type(exc).__name__}: {exc}") from exc
-    staged = conv.stage(lambda: events) if events else []
+    except Exception as exc:  # noqa: BLE001 - pure mapping and fold, nothing written: this payload's fault
+        # Whatever the mapping of a foreign payload raises (a case its checks did not foresee) is a
+        # data error of this record, never a reason to stop the partition.
+        raise ForeignRecordError(f"inbox record {batch.id}: {type(exc).__name__}: {str(exc)[:300]}") from exc
     if mapped.duplicates > state.duplicates:
         logger.info(
             "conversation %s: %d OpenHands event(s) already held, skipped",

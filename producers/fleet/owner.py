@@ -12,20 +12,23 @@ from dataclasses import dataclass, field
 
 from confluent_kafka import Consumer
 
+from infra.dlq import error_headers
+from infra.limits import record_limit
 from infra.partitioner import partition_for
 from infra.settings import Settings
 from producers.conversation import Conversation
 from producers.fleet import external
-from producers.fleet.restore import PartitionTail, restore_partition
+from producers.fleet.limits import check_sizes, fit_dead_letter
+from producers.fleet.restore import Refused, restore_conversation, restore_partition
 from producers.fleet.sink import PartitionSink
-from producers.fleet.snapshot import build_snapshot, restored_positions, restored_state
+from producers.fleet.snapshot import build_snapshot
 from producers.fleet.store import SnapshotStore
 from producers.observe import RunnerMetrics
 from producers.positions import LogPositions
 from producers.publisher import Delivery, TransactionalPublisher
 from producers.runtime import Runtime
 from producers.state import ConversationState
-from projections.errors import ProjectionError, UnknownEventError
+from projections.errors import UnknownEventError
 from projections.openhands import OpenHandsState
 from projections.tenancy import check_owner
 from projections.view import ViewState, active_branch, path_to_root
@@ -40,8 +43,7 @@ from schemas import (
     MessageEvent,
     Snapshot,
 )
-from schemas.errors import SchemaError
-from schemas.topics import INBOX
+from schemas.topics import DLQ, INBOX
 
 logger = logging.getLogger(__name__)
 
@@ -84,18 +86,30 @@ class PartitionOwner:
         self.events_end = 0
         self.effects_end = 0
         self.report: dict[str, object] = {}
+        self.record_limit = record_limit(ctx.settings)
 
     # -- restore ------------------------------------------------------------------------
     def restore(self) -> dict[str, object]:
-        """Rebuild every conversation of the partition from snapshots and tails."""
+        """Rebuild every conversation of the partition from snapshots and tails.
+
+        Records of the partition's state, events and effects topics that are not what they
+        should be (another producer's, undecodable, refused by the fold) are dead-lettered and
+        skipped: one such record never stops a restore (nor, so, the runner).
+        """
         tail = restore_partition(self.ctx.settings, self.ctx.codec, self.ctx.store, self.partition)
         self.events_end, self.effects_end = tail.events_end, tail.effects_end
-        restored = {cid: self._restored(cid, tail) for cid in {*tail.snapshots, *tail.events}}
+        refused = list(tail.refused)
+        found = {
+            cid: restore_conversation(self.ctx.codec, tail, cid, refused)
+            for cid in {*tail.snapshots, *tail.events}
+        }
+        restored = {cid: r for cid, r in found.items() if r is not None}
         for cid, (state, positions) in restored.items():
             snap = tail.snapshots.get(cid)
             tenant = state.view.tenant_id or (snap.tenant_id if snap else "")
             prefix = self._fork_prefix(state.view, restored)
             self.create(cid, tenant, state=state, positions=positions, prefix=prefix)
+        self._dead_letter(refused)
         self.report = {
             "partition": self.partition,
             "source": tail.source,
@@ -104,27 +118,28 @@ class PartitionOwner:
             "events_read": tail.events_read,
             "effects_read": tail.effects_read,
             "tail_events": {cid: len(v) for cid, v in tail.events.items()},
+            "refused": len(refused),
             "ms": round(tail.seconds * 1000, 2),
         }
         return self.report
 
-    def _restored(self, cid: str, tail: PartitionTail) -> Restored:
-        snap = tail.snapshots.get(cid)
-        raw = tail.events.get(cid, [])
-        events: list[Event] = [self.ctx.codec.decode(b) for _, b in raw]  # type: ignore[misc]
-        ledger: list[tuple[int, LedgerRecord]] = []
-        for offset, data in tail.ledger.get(cid, []):
-            try:
-                ledger.append((offset, self.ctx.codec.decode(data)))  # type: ignore[arg-type]
-            except SchemaError as exc:
-                logger.error(
-                    "partition %d: skipped undecodable ledger record @%d: %s", self.partition, offset, exc
-                )
-        try:
-            state = restored_state(cid, snap, events, [r for _, r in ledger], self.ctx.codec)
-        except ProjectionError as exc:
-            raise ProjectionError(f"restore of {cid} in partition {self.partition}: {exc}") from exc
-        return state, restored_positions(self.partition, snap, [o for o, _ in raw], ledger)
+    def _dead_letter(self, refused: list[Refused]) -> None:
+        """The records a restore refused, to the DLQ in one transaction (again at each restore
+        that reads them, until a snapshot covers them: `convdb.original.*` tell the copies apart)."""
+        if not refused:
+            return
+        dlq = DLQ.name(self.ctx.settings.namespace)
+        letters = []
+        for topic, offset, key, value, exc in refused:
+            logger.error(
+                "%s[%d]@%d: record refused by the restore, to the DLQ: %s", topic, self.partition, offset, exc
+            )
+            headers = error_headers("runner", topic, self.partition, offset, exc)
+            letters.append(fit_dead_letter((dlq, key, value, headers), self.record_limit))
+        self.publisher.atomic(
+            lambda: [self.publisher.produce_raw(*letter) for letter in letters], step="dead-letter commit"
+        )
+        self.ctx.metrics.refused.labels("log").inc(len(letters))
 
     def _fork_prefix(
         self, view: ViewState, restored: dict[str, Restored], depth: int = 0
@@ -151,9 +166,9 @@ class PartitionOwner:
         if partition == self.partition:
             return None
         tail = restore_partition(self.ctx.settings, self.ctx.codec, self.ctx.store, partition)
-        if cid not in tail.snapshots and cid not in tail.events:
-            return None
-        return self._restored(cid, tail)[0].view
+        # What that partition's own restore refuses is its owner's to dead-letter, not ours.
+        found = restore_conversation(self.ctx.codec, tail, cid, [])
+        return found[0].view if found is not None else None
 
     # -- conversations ------------------------------------------------------------------------
     def create(
@@ -199,11 +214,17 @@ class PartitionOwner:
 
         Raises:
             TenantMismatchError, RecordRefusedError, ForeignRecordError: the record does not
-                belong there or does not map (nothing is staged; the runner dead-letters it).
+                belong there, does not map, or maps to a record too large to write (nothing is
+                staged; the runner dead-letters it).
         """
         conv = self.admit(batch)
         cid = batch.conversation_id
-        self.external[cid], staged = external.stage(conv, self.external.get(cid), batch)
+
+        def check(records: Sequence[AvroModel], mapped: Sequence[AvroModel]) -> None:
+            external.check_extensions(records, mapped, f"inbox record {batch.id}")
+            check_sizes(self.ctx.codec, self.record_limit, records, f"inbox record {batch.id}")
+
+        self.external[cid], staged = external.stage(conv, self.external.get(cid), batch, check)
         conv.positions.inbox_offset = next_offset
         return conv, staged
 

@@ -21,23 +21,20 @@ from typing import Any, TextIO
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
 from prometheus_client import CollectorRegistry
 
-from infra import tracing
-from infra.dlq import error_headers
 from infra.kafka import group_timeouts_ms, make_consumer
 from infra.liveness import AssignmentWatch
 from infra.logs import log_context
 from infra.ops import Health
 from producers.conversation import Conversation
 from producers.crashpoints import CrashPoints
-from producers.errors import FencedError, PublishError
-from producers.fleet.batch import InboxBatch
+from producers.errors import (
+    FencedError,
+    PublishError,
+)
+from producers.fleet.intake import Intake
 from producers.fleet.owner import FleetContext, PartitionOwner
-from producers.inbox import apply_inbox
-from producers.publisher import RawRecord
-from projections.errors import TenantMismatchError
-from schemas import ExternalBatch, InboxMessage
-from schemas.errors import ConvdbError, SchemaError
-from schemas.topics import DLQ, INBOX
+from producers.fleet.trouble import PartitionTrouble
+from schemas.topics import INBOX
 
 logger = logging.getLogger(__name__)
 
@@ -86,11 +83,9 @@ class FleetRunner:
         self._polls = 0
         self._generation = 0
         """Rebalances seen (records read before one may be stale)."""
-        self.handled = 0
-        self.refused = 0
-        """Inbox records refused because they name another tenant than their conversation's."""
         self.registry = CollectorRegistry()
         self.health = Health(self.settings.ops.stall_after_s)
+        self.trouble = PartitionTrouble(self.health, ctx.metrics)
         # Served with the runner's own metrics (steps, LLM use, operations); a conversation's
         # steps are progress too, so a long run keeps /healthz at 200.
         ctx.metrics.register(self.registry)
@@ -103,6 +98,20 @@ class FleetRunner:
         before its first assignment (joining the group can take a session timeout)."""
         self.at_exit: dict[str, Conversation] = {}
         """The conversations it owned when `serve` returned (their objects stay readable)."""
+        self.intake = Intake(ctx, self.owners, self.emit, self._touch)
+
+    def _touch(self) -> None:
+        self.last_activity = time.monotonic()
+
+    @property
+    def handled(self) -> int:
+        """Inbox records handled (appended, run, or dead-lettered in a batch)."""
+        return self.intake.handled
+
+    @property
+    def refused(self) -> int:
+        """Inbox records dead-lettered."""
+        return self.intake.refused
 
     def emit(self, event: str, **fields: Any) -> None:
         """One JSON status line on stdout (what tests and operators watch)."""
@@ -119,6 +128,9 @@ class FleetRunner:
         # (positions start at the committed offsets; a partition paused by `_rebuild` is resumed)
         self._unsynced = self._paused.intersection(wanted)
         self._assigned = set(wanted)
+        self.intake.forget(self._assigned)
+        for p in [p for p in self.trouble.failing if p not in self._assigned]:
+            self.trouble.forget(p)
         for p in wanted:
             self._broken.pop(p, None)  # it gets a new writer below: the group's word is the latest
         for p in [p for p in self._revoked if p not in wanted]:
@@ -155,6 +167,7 @@ class FleetRunner:
         self._unsynced.difference_update(tp.partition for tp in partitions)
         self._assigned.difference_update(tp.partition for tp in partitions)
         for tp in partitions:
+            self.trouble.forget(tp.partition)
             owner = self.owners.pop(tp.partition, None)
             if owner is not None:
                 owner.close()
@@ -217,13 +230,19 @@ class FleetRunner:
             self.last_activity = time.monotonic()
 
     def _guarded(self, partition: int, work: Callable[[], object]) -> bool:
-        """Run work for a partition; on a fenced or failed write, set the partition aside."""
+        """Run work for a partition; on a fenced or failed write, set the partition aside.
+
+        Every failure but a fence is retried from the log after a wait that grows while the
+        partition commits nothing (`PartitionTrouble`, which also reports it as stalled). A
+        failure that is a record's own fault was recorded by the inbox handling first, so the
+        retry dead-letters that record instead of failing again.
+        """
         owner = self.owners.get(partition)
         if owner is None:
             return False
+        commits = owner.sink.commits
         try:
             work()
-            return True
         except FencedError as exc:
             logger.error(
                 "FENCED: partition %d (transactional.id %s) was taken by another writer; dropping its "
@@ -236,9 +255,27 @@ class FleetRunner:
             )
             self.emit("fenced", partition=partition, transactional_id=owner.transactional_id)
             self._set_aside(partition, group_timeouts_ms(self.settings)[0] / 1000)
-        except PublishError as exc:
-            logger.error("partition %d: write failed, restoring it from the log: %s", partition, exc)
-            self._set_aside(partition, 0.0)
+            return False
+        except Exception as exc:  # noqa: BLE001 - a write or a record failed: rebuilt from the log
+            failure: Exception | None = exc
+        else:
+            failure = None
+        if owner.sink.commits > commits:
+            self.trouble.progressed(partition)
+        if failure is None:
+            return True
+        wait = self.trouble.failed(partition, failure)
+        logger.error(
+            "partition %d: write failed, restoring it from the log in %.1fs: %s",
+            partition,
+            wait,
+            failure,
+            exc_info=None if isinstance(failure, PublishError) else failure,  # a bug: its traceback
+        )
+        self.emit(
+            "write_failed", partition=partition, error=f"{type(failure).__name__}: {str(failure)[:300]}"
+        )
+        self._set_aside(partition, wait)
         return False
 
     def _set_aside(self, partition: int, wait_s: float) -> None:
@@ -270,9 +307,10 @@ class FleetRunner:
                 continue
             try:
                 self._rebuild(partition)
-            except (PublishError, KafkaException) as exc:  # e.g. init_transactions timed out
-                logger.error("partition %d: not rebuilt yet: %s", partition, exc)
-                self._broken[partition] = (self._polls, time.monotonic() + 1.0)
+            except Exception as exc:  # noqa: BLE001 - e.g. init_transactions timed out: tried again
+                wait = max(self.trouble.failed(partition, exc), 1.0)
+                logger.error("partition %d: not rebuilt yet (next try in %.1fs): %s", partition, wait, exc)
+                self._broken[partition] = (self._polls, time.monotonic() + wait)
                 continue
             del self._broken[partition]
 
@@ -328,76 +366,7 @@ class FleetRunner:
         for partition, records in by_partition.items():
             if generation != self._generation:
                 return
-            self._guarded(partition, lambda p=partition, r=records: self._handle_partition(p, r))
-
-    def _handle_partition(self, partition: int, msgs: list[Message]) -> None:
-        """Stage OpenHands payloads and dead letters; a user message or command commits what is
-        staged, then runs on its own (`handle`); the rest commits at the end, in one transaction."""
-        batch = InboxBatch(self.owners[partition])
-        for msg in msgs:
-            self.last_activity = time.monotonic()
-            try:
-                record = self.ctx.codec.decode(msg.value(), expect=(InboxMessage, ExternalBatch))
-                if not isinstance(record, (InboxMessage, ExternalBatch)):
-                    raise SchemaError(f"expected an InboxMessage, got {type(record).__name__}")
-                if isinstance(record, ExternalBatch):
-                    with (
-                        log_context(conversation_id=record.conversation_id, tenant_id=record.tenant_id),
-                        tracing.traced(msg.headers(), "runner external", **tracing.record_attributes(msg)),
-                    ):
-                        batch.external(record, msg.offset() + 1)
-                    continue
-            except ConvdbError as exc:
-                batch.dead_letter(self._dead_letter(msg, exc), msg.offset() + 1)
-                continue
-            self._handled(batch.commit())
-            self.handle(msg, record)
-        self._handled(batch.commit())
-
-    def _handled(self, applied: int) -> None:
-        if applied:
-            self.ctx.metrics.inbox.inc(applied)
-            self.handled += applied
-            self.last_activity = time.monotonic()
-
-    def handle(self, msg: Message, record: InboxMessage) -> None:
-        """Apply one user message or command; its offset commits with the first transaction it causes.
-
-        A record that its conversation refuses (`PartitionOwner.admit`) goes to the DLQ with its
-        offset: one transaction, so it is dead-lettered exactly once.
-        """
-        owner = self.owners[msg.partition()]
-        try:
-            conv = owner.admit(record)
-        except ConvdbError as exc:
-            owner.sink.attach_offset(msg.offset() + 1)
-            owner.sink.dead_letter(*self._dead_letter(msg, exc))
-            return
-        conv.positions.inbox_offset = msg.offset() + 1
-        owner.sink.attach_offset(msg.offset() + 1, record.id if record.command == "message" else None)
-        self.ctx.metrics.inbox.inc()
-        # The inbox record's trace (the API request that wrote it) continues through the run.
-        with (
-            log_context(conversation_id=record.conversation_id, tenant_id=record.tenant_id),
-            tracing.traced(msg.headers(), "runner inbox", **tracing.record_attributes(msg)),
-        ):
-            apply_inbox(conv, record, self.ctx.runtime.crash)
-        owner.sink.commit_offset()
-        self.handled += 1
-        self.last_activity = time.monotonic()
-
-    def _dead_letter(self, msg: Message, exc: ConvdbError) -> RawRecord:
-        """Count and log a refused inbox record; its dead letter (DLQ topic, key, value, headers)."""
-        logger.error(
-            "%s[%d]@%d: inbox record to the DLQ: %s", msg.topic(), msg.partition(), msg.offset(), exc
-        )
-        if isinstance(exc, TenantMismatchError):
-            # Visible to operators and tests: a cross-tenant write attempt, refused.
-            self.refused += 1
-            self.emit("refused", partition=msg.partition(), offset=msg.offset(), reason=str(exc))
-        self.ctx.metrics.refused.labels("tenant" if isinstance(exc, TenantMismatchError) else "invalid").inc()
-        headers = error_headers("runner", msg.topic(), msg.partition(), msg.offset(), exc)
-        return DLQ.name(self.settings.namespace), msg.key(), msg.value() or b"", headers
+            self._guarded(partition, lambda p=partition, r=records: self.intake.handle_partition(p, r))
 
     def _transport_error(self, msg: Message) -> None:
         err = msg.error()

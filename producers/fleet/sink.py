@@ -29,6 +29,8 @@ class PartitionSink:
         self.partition = partition
         self._offset: int | None = None
         self._event_id: str | None = None
+        self.commits = 0
+        """Transactions committed (progress, as the runner's stall report counts it)."""
 
     def attach_offset(self, next_offset: int, event_id: str | None = None) -> None:
         """Commit the inbox position `next_offset` with the next transaction (holding `event_id`)."""
@@ -53,6 +55,7 @@ class PartitionSink:
         offsets = self._offsets_for(records)
         metadata = self.consumer.consumer_group_metadata() if offsets else None
         deliveries = self.publisher.publish_atomic(list(records), offsets, metadata)
+        self.commits += 1
         if offsets:
             self._offset = self._event_id = None
         return deliveries
@@ -78,6 +81,7 @@ class PartitionSink:
         deliveries = self.publisher.publish_atomic(
             records, offsets, metadata, raw=raw, before_commit=before_commit
         )
+        self.commits += 1
         self._offset = self._event_id = None
         return deliveries
 
@@ -93,4 +97,5 @@ class PartitionSink:
             metadata,
             step="dead-letter commit",
         )
+        self.commits += 1
         self._offset = None

@@ -9,13 +9,14 @@ conversation from its first event instead.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from immutables import Map
 from pyrsistent import pvector
 
 from producers.positions import LogPositions
 from producers.state import ConversationState, fold, initial
+from projections.errors import ProjectionError
 from projections.view import ViewState
 from schemas import Codec, CondensationEvent, Event, ForkEvent, LedgerRecord, Snapshot
 
@@ -89,19 +90,27 @@ def restored_state(
     events: Sequence[Event],
     ledger: Sequence[LedgerRecord],
     codec: Codec,
+    refuse: Callable[[int, ProjectionError], None] | None = None,
 ) -> ConversationState:
     """The state of a conversation: its snapshot's (when it holds the view), then the tail folded.
 
     Without a usable snapshot, `events` start at the conversation's first event (the restore
-    read from `first_events_offset`), so folding them from nothing gives the same state.
+    read from `first_events_offset`), so folding them from nothing gives the same state. With
+    `refuse`, a record the fold refuses is passed to it (its index in events + ledger) and
+    skipped; without, its `ProjectionError` propagates.
     """
     if snapshot is not None and snapshot.view_complete:
         view = view_from_snapshot(snapshot, codec)
         state = ConversationState(view, snapshot.execution_status, cost=snapshot.total_cost)
     else:
         state = initial(conversation_id)
-    for record in (*events, *ledger):
-        state = fold(state, record)
+    for index, record in enumerate((*events, *ledger)):
+        try:
+            state = fold(state, record)
+        except ProjectionError as exc:
+            if refuse is None:
+                raise
+            refuse(index, exc)
     return state
 
 

@@ -26,7 +26,7 @@ from projections.openhands._export import OpenHandsConversation, export
 from projections.openhands._fields import conversation_key
 from projections.openhands._ingest import Received, ingest
 from projections.openhands._kinds import KNOWN_KINDS, ORIGIN
-from projections.openhands._state import OpenHandsState, initial, resume
+from projections.openhands._state import OpenHandsState, initial, marks_of, resume
 
 __all__ = [
     "KNOWN_KINDS",
@@ -41,5 +41,6 @@ __all__ = [
     "export",
     "ingest",
     "initial",
+    "marks_of",
     "resume",
 ]

@@ -11,7 +11,7 @@ import json
 from typing import Any, get_args
 
 from projections.errors import ForeignRecordError
-from projections.openhands._fields import event_id, parse_timestamp, require
+from projections.openhands._fields import check_json, event_id, parse_timestamp, require
 from projections.openhands._kinds import KNOWN_KINDS, fields_of
 from schemas._types import EventSource
 
@@ -48,10 +48,12 @@ def check_event(oh: Any, where: str) -> dict[str, Any]:
     if oh["id"] == ROOT_PARENT:
         raise ForeignRecordError(f"{where}: `id` may not be {ROOT_PARENT!r}")
     parse_timestamp(oh.get("timestamp"), where)
-    if oh.get("source") not in _SOURCES:
+    source = oh.get("source")
+    if not isinstance(source, str) or source not in _SOURCES:
         raise ForeignRecordError(f"{where}: `source` must be one of {sorted(_SOURCES)}")
     if oh.get("parent_id") is not None:
         event_id(oh["parent_id"], where, "parent_id")
+    check_json(oh, where)
     cleaned = clean(oh)
     fields_of(cleaned, where)
     return cleaned
@@ -89,6 +91,7 @@ def check_record(payload_kind: str, record: Any) -> dict[str, Any]:
         raise ForeignRecordError(f"unknown OpenHands payload kind {payload_kind[:40]!r}")
     if not isinstance(record, dict):
         raise ForeignRecordError(f"{payload_kind}: must be a JSON object")
+    check_json(record, payload_kind)
     if payload_kind != "meta":
         require(record, "id", str, payload_kind)
     if record.get("title") is not None:

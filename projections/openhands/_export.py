@@ -10,12 +10,13 @@ webhook's full_state updates and ConversationInfo posts) is returned in `extra`.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable
 from typing import Any, NamedTuple
 
-from projections.openhands._kinds import EXPORTED_KINDS, ORIGIN, STATE_UPDATE, rebuild
+from projections.openhands._arguments import expand as expand_arguments
+from projections.openhands._kinds import EXPORTED_KINDS, STATE_UPDATE, rebuild
 from projections.openhands._patch import apply
+from projections.openhands._state import marks_of
 from projections.view import fold_all, initial
 from schemas.events import Event, LLMUsageEvent
 
@@ -64,13 +65,14 @@ def export(conversation_id: str, events: Iterable[Event]) -> OpenHandsConversati
     """The OpenHands form of a conversation's events (log order)."""
     out = _Exporter(conversation_id, [e for e in events if e.conversation_id == conversation_id])
     for event in out.events:
-        marks = json.loads(event.extension).get(ORIGIN) if event.extension else None
+        marks = marks_of(event.extension)
         if marks is None:
             out.native(event)
         elif "record" in marks:
             out.record(marks["record"], marks.get("as"))
         elif "derived_from" not in marks:
-            out.foreign(apply(rebuild(event), marks.get("patch", {})))
+            oh = apply(rebuild(event), marks.get("patch", {}))
+            out.foreign(expand_arguments(oh, event.arguments) if event.kind == "action" else oh)
     return out.result()
 
 

@@ -14,7 +14,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from projections.errors import ForeignRecordError
-from schemas.validation import id_problem, shown
+from schemas.validation import id_problem, json_problem, shown
 
 _NAMESPACE = uuid.UUID("7f1d0c4e-6a55-4d2b-9a51-0e3f6c1b8a20")
 """uuid5 namespace of the ids convdb derives from OpenHands records (stable across runs)."""
@@ -44,6 +44,13 @@ def _types(kind: type | tuple[type, ...]) -> tuple[type, ...]:
 def _name(kind: type | tuple[type, ...]) -> str:
     names = {dict: "an object", list: "an array", str: "a string", bool: "a boolean", int: "an integer"}
     return " or ".join(names.get(k, k.__name__) for k in _types(kind))
+
+
+def check_json(value: Any, where: str) -> None:
+    """JSON convdb can walk and store: bounded nesting, 64-bit integers, finite numbers."""
+    problem = json_problem(value)
+    if problem is not None:
+        raise ForeignRecordError(f"{where}: the JSON {problem}")
 
 
 def event_id(value: Any, where: str, what: str = "id") -> str:

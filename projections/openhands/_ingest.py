@@ -24,6 +24,7 @@ from pydantic import ValidationError
 from projections._sequence import ANNOTATION_SEQ
 from projections._text import shorten
 from projections.errors import ForeignRecordError
+from projections.openhands._arguments import compact as compact_arguments
 from projections.openhands._check import ROOT_PARENT, check_events, check_record
 from projections.openhands._fields import derived_id, digest, intent_hash, parse_timestamp
 from projections.openhands._kinds import ANNOTATION_KINDS, ORIGIN, STATE_UPDATE, fields_of, rebuild
@@ -125,6 +126,8 @@ class _Appender:
             cls, node, id=oh["id"], timestamp=timestamp, source=oh["source"], parent_id=parent, **values
         )
         patch = diff(rebuild(built), oh)
+        if isinstance(built, ActionEvent):
+            patch = compact_arguments(patch, built.arguments)
         extension = json.dumps(
             {ORIGIN: {"patch": patch} if patch else {}}, separators=(",", ":"), ensure_ascii=False
         )

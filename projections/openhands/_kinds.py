@@ -37,6 +37,7 @@ from schemas.events import (
     SystemPromptEvent,
     UserRejectEvent,
 )
+from schemas.validation import json_problem
 
 ORIGIN = "openhands"
 """The `origin` of OpenHands records in convdb (`ExternalEvent.origin`, `extension` key)."""
@@ -96,9 +97,14 @@ def _action(oh: dict[str, Any], where: str) -> Fields:
     call = require(oh, "tool_call", dict, where)
     raw = require(call, "arguments", str, f"{where}: tool_call")
     try:
-        arguments = canonical_json(json.loads(raw))
-    except ValueError:
-        arguments = canonical_json(raw)  # not JSON: kept as a JSON string, the patch has the text
+        parsed = json.loads(raw)
+    except (ValueError, RecursionError):
+        parsed = raw
+    if parsed is not raw and json_problem(parsed) is not None:
+        # Not JSON convdb can walk (too deep, NaN, a 100-digit integer): kept as a JSON string, as
+        # text that is not JSON is; the patch has the original text.
+        parsed = raw
+    arguments = canonical_json(parsed)
     risk = oh.get("security_risk", "UNKNOWN")
     return ActionEvent, {
         "tool_name": require(oh, "tool_name", str, where),
@@ -163,7 +169,7 @@ def _state_update(oh: dict[str, Any], where: str) -> Fields:
     if key is not None and not isinstance(key, str):
         raise ForeignRecordError(f"{where}: `key` must be a string")
     value = oh.get("value")
-    if key == "execution_status" and value in _STATUSES:
+    if key == "execution_status" and isinstance(value, str) and value in _STATUSES:
         return StateUpdateEvent, {"execution_status": value, "reason": ""}
     return _carried(oh, where)
 

@@ -3,9 +3,14 @@ no convdb field carries travel in `extension`.
 
 A patch turns `base` (the JSON rebuilt from convdb's fields) into `target` (what OpenHands
 sent): ``{"=": {key: value}, "-": [key], ">": {key: patch}}`` sets, deletes, and descends into
-objects present on both sides. Values are kept verbatim (nulls included), and equality is
-strict about JSON types (``1``, ``1.0`` and ``true`` differ), so `apply(base, diff(base,
-target)) == target` holds for every pair of JSON objects.
+objects present on both sides, and into arrays of the same length on both sides (an array's
+patch is ``{"[": {index: patch}, "[=": {index: value}}``). Descending into arrays keeps the text
+convdb already holds out of the patch: a content list that differs from the rebuilt one only in
+an item's flags costs the flags, not a second copy of its text. Values are kept verbatim (nulls
+included), and equality is strict about JSON types (``1``, ``1.0`` and ``true`` differ), so
+`apply(base, diff(base, target)) == target` holds for every pair of JSON objects.
+
+Recursion follows the nesting of the values: the payload checks bound it (`MAX_JSON_DEPTH`).
 """
 
 from __future__ import annotations
@@ -26,6 +31,17 @@ def same(a: Any, b: Any) -> bool:
     return bool(a == b)
 
 
+def _descends(base: Any, target: Any) -> bool:
+    """Whether the patch describes `target` by its difference from `base` (else: set whole)."""
+    if isinstance(base, dict) and isinstance(target, dict):
+        return True
+    return isinstance(base, list) and isinstance(target, list) and len(base) == len(target)
+
+
+def _inner(base: Any, target: Any) -> JsonObject:
+    return diff(base, target) if isinstance(target, dict) else _diff_list(base, target)
+
+
 def diff(base: JsonObject, target: JsonObject) -> JsonObject:
     """The patch that turns `base` into `target` (``{}`` when they are the same)."""
     sets: JsonObject = {}
@@ -33,8 +49,8 @@ def diff(base: JsonObject, target: JsonObject) -> JsonObject:
     for key, value in target.items():
         if key not in base:
             sets[key] = value
-        elif isinstance(value, dict) and isinstance(base[key], dict):
-            inner = diff(base[key], value)
+        elif _descends(base[key], value):
+            inner = _inner(base[key], value)
             if inner:
                 descents[key] = inner
         elif not same(base[key], value):
@@ -50,6 +66,25 @@ def diff(base: JsonObject, target: JsonObject) -> JsonObject:
     return patch
 
 
+def _diff_list(base: list[Any], target: list[Any]) -> JsonObject:
+    """The patch of two arrays of the same length, item by item (indices as text: JSON keys)."""
+    sets: JsonObject = {}
+    descents: JsonObject = {}
+    for index, (old, new) in enumerate(zip(base, target, strict=True)):
+        if _descends(old, new):
+            inner = _inner(old, new)
+            if inner:
+                descents[str(index)] = inner
+        elif not same(old, new):
+            sets[str(index)] = new
+    patch: JsonObject = {}
+    if descents:
+        patch["["] = descents
+    if sets:
+        patch["[="] = sets
+    return patch
+
+
 def apply(base: JsonObject, patch: JsonObject) -> JsonObject:
     """`base` with `patch` applied (a new object; `base` is not changed)."""
     out = dict(base)
@@ -57,5 +92,16 @@ def apply(base: JsonObject, patch: JsonObject) -> JsonObject:
         out.pop(key, None)
     out.update(patch.get("=", {}))
     for key, inner in patch.get(">", {}).items():
-        out[key] = apply(out.get(key) or {}, inner)
+        out[key] = _apply_inner(out.get(key), inner)
     return out
+
+
+def _apply_inner(base: Any, inner: JsonObject) -> Any:
+    if "[" in inner or "[=" in inner:
+        items = list(base) if isinstance(base, list) else []
+        for index, value in inner.get("[=", {}).items():
+            items[int(index)] = value
+        for index, item_patch in inner.get("[", {}).items():
+            items[int(index)] = _apply_inner(items[int(index)], item_patch)
+        return items
+    return apply(base if isinstance(base, dict) else {}, inner)

@@ -32,6 +32,19 @@ class OpenHandsState(NamedTuple):
     """OpenHands events skipped because the conversation already held their id."""
 
 
+def marks_of(extension: str | None) -> dict[str, Any] | None:
+    """What an event's `extension` says about its OpenHands origin (None: not from OpenHands, or
+    an extension that is no JSON object, which nothing convdb writes holds)."""
+    if not extension:
+        return None
+    try:
+        found = json.loads(extension)
+    except ValueError:
+        return None
+    marks = found.get(ORIGIN) if isinstance(found, dict) else None
+    return marks if isinstance(marks, dict) else None
+
+
 def initial(conversation_id: str, tenant_id: str) -> OpenHandsState:
     """A conversation with no event yet."""
     return OpenHandsState(initial_view(conversation_id), tenant_id)
@@ -59,7 +72,7 @@ def resume(view: ViewState, tenant_id: str) -> OpenHandsState:
     state = OpenHandsState(view, tenant_id)
     usage: dict[str, list[float]] = {}
     for event in view.log:
-        marks = json.loads(event.extension).get(ORIGIN, {}) if event.extension else {}
+        marks = marks_of(event.extension) or {}
         if event.seq != ANNOTATION_SEQ and event.kind != "active_leaf_changed":
             state = state._replace(last_node=event.id)
         if event.kind == "state_update":

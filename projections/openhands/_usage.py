@@ -34,13 +34,23 @@ class UsageItem(NamedTuple):
     latency_ms: float
 
 
+_MAX_COUNT = 2**63 - 1
+"""Token counts are Avro longs: a count beyond (refused by the payload checks) counts as none."""
+
+
 def _int(value: Any) -> int:
-    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else 0
+    ok = isinstance(value, int) and not isinstance(value, bool)
+    return value if ok and 0 <= value <= _MAX_COUNT else 0
 
 
 def _float(value: Any) -> float:
     ok = isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
     return float(value) if ok and value >= 0 else 0.0
+
+
+def _items(value: Any) -> list[dict[str, Any]]:
+    """The objects of a list OpenHands reports (anything else in its place holds none)."""
+    return [item for item in value if isinstance(item, dict)] if isinstance(value, list) else []
 
 
 def _totals(metrics: dict[str, Any]) -> Totals:
@@ -95,8 +105,8 @@ def _difference(usage_id: str, metrics: dict[str, Any], reported: Totals, curren
 
 def _per_call(usage_id: str, metrics: dict[str, Any], reported: Totals) -> list[UsageItem] | None:
     """One item per call when the lists add up to the reported totals exactly, else None."""
-    calls = [c for c in metrics.get("token_usages") or [] if isinstance(c, dict)]
-    costs = [_float(c.get("cost")) for c in metrics.get("costs") or [] if isinstance(c, dict)]
+    calls = _items(metrics.get("token_usages"))
+    costs = [_float(c.get("cost")) for c in _items(metrics.get("costs"))]
     if not calls:
         return None
     sums = tuple(
@@ -112,9 +122,9 @@ def _per_call(usage_id: str, metrics: dict[str, Any], reported: Totals) -> list[
     if not costs and reported[3] > 0:
         return None
     latencies = {
-        lat.get("response_id"): _float(lat.get("latency")) * 1000.0
-        for lat in metrics.get("response_latencies") or []
-        if isinstance(lat, dict)
+        lat["response_id"]: _milliseconds(lat.get("latency"))
+        for lat in _items(metrics.get("response_latencies"))
+        if isinstance(lat.get("response_id"), str)
     }
     items = []
     for i, call in enumerate(calls):
@@ -133,3 +143,8 @@ def _per_call(usage_id: str, metrics: dict[str, Any], reported: Totals) -> list[
             )
         )
     return items
+
+
+def _milliseconds(seconds: Any) -> float:
+    value = _float(seconds) * 1000.0
+    return value if math.isfinite(value) else 0.0

@@ -1,0 +1,237 @@
+"""How a fleet runner takes its inbox records: checked, staged or run, or dead-lettered.
+
+A service survives any record on its input topics: every failure of one inbox record (it does
+not decode, sits on another partition than its key maps to, names another tenant, maps to an
+event too large to write, or its handling raises what nobody foresaw) sends that record to the
+DLQ with the reason and a count, and the partition goes on. Only the broker's failures are
+retried (`FleetRunner._guarded`). A failure that surfaces only when a batch commits is traced to
+its record by committing that batch's records one by one when they come again (`careful`), and
+the record then dead-lettered (`faults`).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+
+from confluent_kafka import Message
+
+from infra import tracing
+from infra.dlq import error_headers
+from infra.limits import HEADROOM, record_limit
+from infra.logs import log_context
+from infra.partitioner import partition_for
+from producers.errors import MisplacedRecordError, RecordFailedError, RecordTooLargeError
+from producers.fleet.batch import InboxBatch
+from producers.fleet.limits import fit_dead_letter, record_fault, too_large
+from producers.fleet.owner import FleetContext, PartitionOwner
+from producers.inbox import apply_inbox
+from producers.publisher import RawRecord
+from projections.errors import TenantMismatchError
+from schemas import ExternalBatch, InboxMessage
+from schemas.errors import ConvdbError, SchemaError
+from schemas.topics import DLQ, INBOX
+from schemas.validation import shown
+
+logger = logging.getLogger(__name__)
+
+
+class Intake:
+    """The inbox records of the partitions a runner owns (`owners`, shared with the runner)."""
+
+    def __init__(
+        self,
+        ctx: FleetContext,
+        owners: dict[int, PartitionOwner],
+        emit: Callable[..., None],
+        touch: Callable[[], None],
+    ) -> None:
+        self.ctx = ctx
+        self.owners = owners
+        self.emit = emit
+        self.touch = touch
+        """Called whenever a record was worked on (the runner's idle clock)."""
+        self.inbox = INBOX.name(ctx.settings.namespace)
+        self.faults: dict[tuple[int, int], ConvdbError] = {}
+        """(partition, inbox offset) -> why the record failed there: dead-lettered when it comes again."""
+        self.careful: dict[int, int] = {}
+        """Partition -> inbox offset up to which its records commit one by one (after a failed batch)."""
+        self.handled = 0
+        self.refused = 0
+        """Inbox records dead-lettered (another tenant's, misplaced, invalid, too large, failing)."""
+
+    def forget(self, keep: set[int]) -> None:
+        """Drop what is remembered of partitions not in `keep` (their next owner finds out itself)."""
+        self.faults = {at: f for at, f in self.faults.items() if at[0] in keep}
+        self.careful = {p: o for p, o in self.careful.items() if p in keep}
+
+    def handle_partition(self, partition: int, msgs: list[Message]) -> None:
+        """Stage OpenHands payloads and dead letters; a user message or command commits what is
+        staged, then runs on its own (`handle`); the rest commits at the end, in one transaction.
+
+        After a commit failed for a record's own fault (`limits.record_fault`), the records of
+        that batch commit one by one (`careful`), so the next failure names its record, which is
+        then dead-lettered (`faults`) when it comes again.
+        """
+        batch = InboxBatch(self.owners[partition])
+        for msg in msgs:
+            self.touch()
+            record = self._stage(batch, msg)
+            if record is not None:
+                self._commit(batch)
+                self._run(msg, record)
+            elif self.careful.get(partition, -1) >= msg.offset():
+                self._commit(batch)
+        self._commit(batch)
+        if msgs and self.careful.get(partition, -1) <= msgs[-1].offset():
+            self.careful.pop(partition, None)
+
+    def _stage(self, batch: InboxBatch, msg: Message) -> InboxMessage | None:
+        """Stage an OpenHands payload or a dead letter in `batch`; a user message or command to run."""
+        fault = self.faults.pop((msg.partition(), msg.offset()), None)
+        if fault is not None:
+            # Refused by the broker as too large, its dead letter may be too: it goes without value.
+            bare = isinstance(fault, RecordTooLargeError)
+            batch.dead_letter(self._dead_letter(msg, fault, bare=bare), msg.offset() + 1)
+            return None
+        try:
+            record = self._decode(msg)
+            if isinstance(record, InboxMessage):
+                return record
+            with (
+                log_context(conversation_id=record.conversation_id, tenant_id=record.tenant_id),
+                tracing.traced(msg.headers(), "runner external", **tracing.record_attributes(msg)),
+            ):
+                batch.external(record, msg.offset() + 1)
+        except ConvdbError as exc:
+            batch.dead_letter(self._dead_letter(msg, exc), msg.offset() + 1)
+        except Exception as exc:  # noqa: BLE001 - staging changes nothing until it succeeds
+            fault = self._fault(msg.partition(), msg.offset(), exc)
+            batch.dead_letter(self._dead_letter(msg, fault), msg.offset() + 1)
+        return None
+
+    def _decode(self, msg: Message) -> InboxMessage | ExternalBatch:
+        """The inbox record, if it sits where its conversation's runner reads it and fits.
+
+        Raises:
+            MisplacedRecordError: keyed by another id than its conversation's, or on another
+                partition than its key maps to (its conversation's runner is elsewhere).
+            RecordTooLargeError: a user message too large for the event it becomes.
+            SchemaError: it does not decode to an inbox record.
+        """
+        where = f"{msg.topic()}[{msg.partition()}]@{msg.offset()}"
+        key = (msg.key() or b"").decode(errors="replace")
+        home = partition_for(key, self.ctx.settings.partitions)
+        if home != msg.partition():
+            raise MisplacedRecordError(
+                f"{where}: key {shown(key)} maps to partition {home}, not {msg.partition()} (was it "
+                "produced with another partitioner than murmur2_random?)"
+            )
+        record = self.ctx.codec.decode(msg.value(), expect=(InboxMessage, ExternalBatch))
+        if not isinstance(record, (InboxMessage, ExternalBatch)):
+            raise SchemaError(f"{where}: expected an inbox record, got {type(record).__name__}")
+        if record.conversation_id != key:
+            raise MisplacedRecordError(
+                f"{where}: keyed {shown(key)}, but its conversation is {shown(record.conversation_id)}"
+            )
+        size = len(msg.value() or b"") + HEADROOM
+        if isinstance(record, InboxMessage) and size > self.owners[msg.partition()].record_limit:
+            raise RecordTooLargeError(
+                f"{where}: a {size}-byte message does not fit in an event the runner may write "
+                f"(at most {self.owners[msg.partition()].record_limit} bytes)"
+            )
+        return record
+
+    def _commit(self, batch: InboxBatch) -> None:
+        """Commit the batch; when that fails for a record's own fault, remember which record (or,
+        in a batch of several, that its records must commit one by one when they come again)."""
+        first, end = batch.first_offset, batch.next_offset
+        try:
+            self._handled(batch.commit())
+        except Exception as exc:
+            if first is not None and end is not None and record_fault(exc):
+                partition = batch.owner.partition
+                if end - first == 1:
+                    self.faults[(partition, first)] = self._fault(partition, first, exc)
+                else:
+                    self.careful[partition] = end - 1
+            raise
+
+    def _run(self, msg: Message, record: InboxMessage) -> None:
+        """`handle`, remembering a failure that is the record's own fault for when it comes again."""
+        try:
+            self.handle(msg, record)
+        except Exception as exc:
+            if record_fault(exc):
+                self.faults[(msg.partition(), msg.offset())] = self._fault(msg.partition(), msg.offset(), exc)
+            raise
+
+    def _fault(self, partition: int, offset: int, exc: BaseException) -> ConvdbError:
+        """The data error a failure of one inbox record stands for (the reason its dead letter gives)."""
+        where = f"{self.inbox}[{partition}]@{offset}"
+        if too_large(exc):
+            return RecordTooLargeError(f"{where}: the broker refused what it makes as too large: {exc}")
+        return RecordFailedError(f"{where}: handling it raised {type(exc).__name__}: {str(exc)[:500]}")
+
+    def _handled(self, applied: int) -> None:
+        if applied:
+            self.ctx.metrics.inbox.inc(applied)
+            self.handled += applied
+            self.touch()
+
+    def handle(self, msg: Message, record: InboxMessage) -> None:
+        """Apply one user message or command; its offset commits with the first transaction it causes.
+
+        A record that its conversation refuses (`PartitionOwner.admit`) goes to the DLQ with its
+        offset: one transaction, so it is dead-lettered exactly once.
+        """
+        owner = self.owners[msg.partition()]
+        try:
+            conv = owner.admit(record)
+        except ConvdbError as exc:
+            owner.sink.attach_offset(msg.offset() + 1)
+            owner.sink.dead_letter(*self._dead_letter(msg, exc))
+            return
+        conv.positions.inbox_offset = msg.offset() + 1
+        owner.sink.attach_offset(msg.offset() + 1, record.id if record.command == "message" else None)
+        self.ctx.metrics.inbox.inc()
+        # The inbox record's trace (the API request that wrote it) continues through the run.
+        with (
+            log_context(conversation_id=record.conversation_id, tenant_id=record.tenant_id),
+            tracing.traced(msg.headers(), "runner inbox", **tracing.record_attributes(msg)),
+        ):
+            apply_inbox(conv, record, self.ctx.runtime.crash)
+        owner.sink.commit_offset()
+        self.handled += 1
+        self.touch()
+
+    def _dead_letter(self, msg: Message, exc: ConvdbError, *, bare: bool = False) -> RawRecord:
+        """Count and log a refused inbox record; its dead letter (DLQ topic, key, value, headers),
+        without the value when `bare` or when it would not fit (`limits.fit_dead_letter`)."""
+        logger.error(
+            "%s[%d]@%d: inbox record to the DLQ: %s", msg.topic(), msg.partition(), msg.offset(), exc
+        )
+        # Visible to operators and tests: a record refused (a cross-tenant write attempt, ...).
+        self.refused += 1
+        self.emit(
+            "refused",
+            partition=msg.partition(),
+            offset=msg.offset(),
+            error=type(exc).__name__,
+            reason=str(exc),
+        )
+        self.ctx.metrics.refused.labels(refusal_reason(exc)).inc()
+        headers = error_headers("runner", msg.topic(), msg.partition(), msg.offset(), exc)
+        record = (DLQ.name(self.ctx.settings.namespace), msg.key(), msg.value() or b"", headers)
+        return fit_dead_letter(record, 0 if bare else record_limit(self.ctx.settings))
+
+
+def refusal_reason(exc: BaseException) -> str:
+    """The `reason` label of `convdb_runner_refused_records` for a refused inbox record."""
+    if isinstance(exc, TenantMismatchError):
+        return "tenant"
+    if isinstance(exc, MisplacedRecordError):
+        return "partition"
+    if isinstance(exc, RecordTooLargeError):
+        return "too_large"
+    return "failed" if isinstance(exc, RecordFailedError) else "invalid"
