@@ -211,9 +211,12 @@ def fold(state: OperationState, record: object) -> OperationState:
 
     Raises:
         IllegalTransitionError: a ledger record about an operation that was never proposed.
+        TenantMismatchError: a record names another tenant than the operation's.
     """
     if isinstance(record, LedgerRecord):
         return _apply_ledger(state, record)
+    if isinstance(record, ActionEvent | ObservationEvent):
+        state = _event_owner(state, record)
     if isinstance(record, ActionEvent):
         return state.model_copy(update=_intent(record))
     if isinstance(record, ObservationEvent):
@@ -221,6 +224,16 @@ def fold(state: OperationState, record: object) -> OperationState:
     if isinstance(record, Receipt):
         return _apply_receipt(state, record)
     return state
+
+
+def _event_owner(state: OperationState, event: ActionEvent | ObservationEvent) -> OperationState:
+    """Refuse an event of another tenant than the operation's ledger names; the log's event
+    outranks a parked receipt, as the ledger does (`_apply_ledger`)."""
+    if not state.tenant_id or event.tenant_id == state.tenant_id:
+        return state
+    if state.status is not None or state.action_id:
+        check_owner(state.tenant_id, event, f"operation {state.operation_id[:80]!r} of")
+    return state.model_copy(update={"receipt": None, "tenant_id": event.tenant_id})
 
 
 def _intent(event: ActionEvent) -> dict[str, object]:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import sqlalchemy as sa
 
+from consumers._chains import chain_table
+
 metadata = sa.MetaData()
 
 operations = sa.Table(
@@ -50,3 +52,6 @@ runs = sa.Table(
     sa.Column("last_answer_seq", sa.BigInteger, nullable=False, doc="seq of the agent's last message."),
 )
 """Per conversation, what the log says about the run (agent answer, run loop status)."""
+
+chains = chain_table("effects_conversations", metadata)
+"""Per conversation, its chain (`projections.chain`): the events the effects fold admits."""
