@@ -20,7 +20,6 @@ from consumers.base import Batch, ConsumedRecord, DigestOf, Rejection, TableProj
 from consumers.effects.tables import chains, ledger, metadata, operations, runs
 from consumers.store import insert_ignore, upsert
 from projections import effects
-from projections.errors import ProjectionError
 from schemas import ActionEvent, LedgerRecord, MessageEvent, StateUpdateEvent
 from schemas.topics import EFFECTS, EVENTS, RECEIPTS
 
@@ -54,7 +53,7 @@ class EffectsConsumer(TableProjector):
                 op_id = effects.operation_id_of(value)
                 if op_id is not None:
                     states[op_id] = effects.fold(states.get(op_id) or effects.initial(op_id), value)
-            except ProjectionError as exc:
+            except Exception as exc:  # noqa: BLE001 - the pure fold's refusal, or its overflow on a value
                 rejected.append(Rejection(record, exc))
                 continue  # refused: none of it is written, run facts included
             if step is not None:
