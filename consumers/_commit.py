@@ -19,7 +19,7 @@ from confluent_kafka import Message
 from sqlalchemy.engine import Engine
 
 from consumers._apply import apply_batch
-from consumers._isolate import is_infrastructure, refused
+from consumers._isolate import is_infrastructure, refused, rolled_back
 from consumers.base import Batch, ConsumedRecord, Projector
 from consumers.dlq import DeadLetters
 from consumers.errors import StoreError
@@ -121,20 +121,8 @@ class BatchWriter:
     ) -> list[tuple[ConsumedRecord, BaseException]]:
         """The records whose rows the store refuses, with why; [] when none is found, or when an
         infrastructure error interrupts the search (the batch is then retried)."""
-
-        def attempt(part: Sequence[ConsumedRecord]) -> BaseException | None:
-            try:
-                with self.engine.connect() as conn, conn.begin() as txn:
-                    apply_batch(conn, self.projectors, self.namespace, Batch(list(part)), ends)
-                    txn.rollback()
-            except Exception as exc:  # noqa: BLE001 - a record's error; the store's is raised on
-                if is_infrastructure(exc):
-                    raise
-                return exc
-            return None
-
         try:
-            return refused(records, attempt)
+            return refused(records, rolled_back(self.engine, self.projectors, self.namespace, ends))
         except Exception as exc:  # noqa: BLE001 - the store failed meanwhile: retry the batch
             logger.warning("store error while isolating a refused record: %s: %s", type(exc).__name__, exc)
             return []

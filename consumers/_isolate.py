@@ -10,11 +10,14 @@ and dead-lettered, and the rest is applied. Retrying such a batch would fail for
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TypeVar
 
 from sqlalchemy import exc as sa_exc
+from sqlalchemy.engine import Engine
 
+from consumers._apply import apply_batch
+from consumers.base import Batch, ConsumedRecord, Projector
 from infra.errors import PublishError
 
 T = TypeVar("T")
@@ -85,3 +88,25 @@ def _shortest_failing_prefix(records: Sequence[T], attempt: Try[T]) -> tuple[T, 
         else:
             high, error = middle, found
     return records[high - 1], error
+
+
+def rolled_back(
+    engine: Engine, projectors: Sequence[Projector], namespace: str, ends: Mapping[tuple[str, int], int]
+) -> Try[ConsumedRecord]:
+    """The `Try` of a batch's transaction: apply a part, roll it back; a record's error, or None.
+
+    An infrastructure error is raised, not returned: it says nothing about the part.
+    """
+
+    def attempt(part: Sequence[ConsumedRecord]) -> BaseException | None:
+        try:
+            with engine.connect() as conn, conn.begin() as txn:
+                apply_batch(conn, projectors, namespace, Batch(list(part)), ends)
+                txn.rollback()
+        except Exception as exc:  # noqa: BLE001 - sorted below
+            if is_infrastructure(exc):
+                raise
+            return exc
+        return None
+
+    return attempt

@@ -31,6 +31,7 @@ from sqlalchemy.engine import Engine
 from consumers._commit import BatchWriter
 from consumers._gc import batch_done, batch_loop
 from consumers._pipeline import StorePipeline
+from consumers._rows import key_of
 from consumers.base import ConsumedRecord, Projector
 from consumers.dlq import DeadLetters
 from consumers.errors import ConsumerError
@@ -206,7 +207,7 @@ class Runner:
                 if value is None:
                     raise NotAvroError("null value (a tombstone) where a record was expected")
                 decoded = decode(value, expect=expected[topic])
-                key = _key_of(msg.key(), decoded.conversation_id)
+                key = key_of(msg.key(), decoded.conversation_id)
             except SchemaError as exc:
                 poison.append((msg, exc))
                 continue
@@ -301,16 +302,6 @@ def _batch_ends(raw: dict[tuple[str, int, int], Message]) -> dict[tuple[str, int
     for topic, partition, offset in raw:
         ends[(topic, partition)] = max(ends.get((topic, partition), 0), offset + 1)
     return ends
-
-
-def _key_of(key: bytes | None, conversation_id: str) -> str:
-    """The record's key as text; it must be its conversation id (else another partition holds the rest)."""
-    text = key.decode(errors="replace") if key else ""
-    if text != conversation_id:
-        raise InvalidRecordError(
-            f"key {text[:80]!r} is not the record's conversation_id {conversation_id[:80]!r}"
-        )
-    return text
 
 
 def _check_consumer_error(err: KafkaError) -> None:

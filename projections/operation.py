@@ -9,7 +9,7 @@ cap, the recovery step) is in `projections.settlement`, written once for the sam
 from __future__ import annotations
 
 from collections.abc import Mapping
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 from enum import StrEnum
 from typing import Literal
 
@@ -335,4 +335,16 @@ def _deadline(state: OperationState, started: EffectStarted) -> datetime | None:
     """A retry gets as long as the first attempt had: started + (reconcile_after - proposed)."""
     if state.reconcile_after is None or state.proposed_at is None or started.attempt <= 1:
         return state.reconcile_after
-    return max(state.reconcile_after, started.timestamp + (state.reconcile_after - state.proposed_at))
+    return max(state.reconcile_after, later(started.timestamp, state.reconcile_after - state.proposed_at))
+
+
+END_OF_TIME = datetime.max.replace(tzinfo=UTC)
+"""The latest moment a deadline can name: one past it saturates here (it is never due)."""
+
+
+def later(moment: datetime, delta: timedelta) -> datetime:
+    """`moment + delta`, saturated to the range of datetimes (records may name any timestamp)."""
+    try:
+        return moment + delta
+    except OverflowError:
+        return END_OF_TIME if delta > timedelta(0) else datetime.min.replace(tzinfo=UTC)
