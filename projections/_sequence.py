@@ -72,15 +72,20 @@ def is_next(
         )
     if seq == last_seq + 1:
         return True
+    if seq < ANNOTATION_SEQ:
+        raise SequenceConflictError(
+            f"conversation {conversation_id}: event {event.id} (kind {event.kind}) has seq {seq}: "
+            "no event may take a negative seq (chain events have 1, 2, ...; annotations 0)"
+        )
     if known is not None:
         taken = event.id not in known
     else:
         taken = seq == last_seq and last_id is not None and event.id != last_id
     if taken:
-        holder = f" by event {last_id}" if known is None else ""
+        held = f" ({last_id})" if known is None else ""
         raise SequenceConflictError(
             f"conversation {conversation_id}: event {event.id} (kind {event.kind}) has seq {seq}, "
-            f"which the log already gave{holder} to another event (last seq {last_seq}): "
-            "a second writer or a forged record"
+            f"which the log already gave to another event{held}: a second writer or a forged "
+            f"record (last seq {last_seq})"
         )
     return False

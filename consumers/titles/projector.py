@@ -33,7 +33,7 @@ processors = sa.Table(
     sa.Column("tenant_id", sa.String(200), nullable=False),
     sa.Column("status", sa.String(20), nullable=False),
     sa.Column("attempts", sa.Integer, nullable=False),
-    sa.Column("title", sa.String(200)),
+    sa.Column("title", sa.Text, doc="Any length a TitleEvent holds (PostgreSQL enforces VARCHAR)."),
     sa.Column("origin", sa.String(20)),
     sa.Column("first_user_message", sa.Text),
     sa.Column("last_seq", sa.BigInteger, nullable=False),
