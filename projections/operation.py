@@ -227,13 +227,17 @@ def fold(state: OperationState, record: object) -> OperationState:
 
 
 def _event_owner(state: OperationState, event: ActionEvent | ObservationEvent) -> OperationState:
-    """Refuse an event of another tenant than the operation's ledger names; the log's event
-    outranks a parked receipt, as the ledger does (`_apply_ledger`)."""
+    """Refuse an event of another tenant than the one the operation's ledger names.
+
+    Before the ledger has named one, what a record of another tenant said (a parked receipt, an
+    event) is forgotten: the events and the ledger come on different topics, in either order,
+    and the ledger decides when it comes (`_apply_ledger`).
+    """
     if not state.tenant_id or event.tenant_id == state.tenant_id:
         return state
-    if state.status is not None or state.action_id:
+    if state.status is not None:
         check_owner(state.tenant_id, event, f"operation {state.operation_id[:80]!r} of")
-    return state.model_copy(update={"receipt": None, "tenant_id": event.tenant_id})
+    return initial(state.operation_id)
 
 
 def _intent(event: ActionEvent) -> dict[str, object]:
@@ -274,8 +278,9 @@ def _apply_ledger(state: OperationState, record: LedgerRecord) -> OperationState
     if state.tenant_id and record.tenant_id != state.tenant_id:
         if state.status is not None:
             check_owner(state.tenant_id, record, f"operation {record.operation_id[:80]!r} of")
-        # Only a parked receipt named that tenant, and the ledger is the authority: drop it.
-        state = state.model_copy(update={"receipt": None, "tenant_id": record.tenant_id})
+        # Only records before the ledger (a parked receipt, an event) named that tenant, and the
+        # ledger is the authority: forget what they said.
+        state = initial(state.operation_id)
     transition = transition_of(record)
     new_status = TRANSITIONS.get((state.status, transition))
     if new_status is None:

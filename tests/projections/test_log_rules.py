@@ -25,6 +25,7 @@ from projections.effects import initial as initial_operation
 from projections.errors import ProjectionError, SequenceConflictError, TenantMismatchError
 from projections.view_tip import extend_tip, tip
 from schemas.events import ActionEvent, Event, LLMUsageEvent
+from schemas.records import EffectProposed
 from tests.strategies import T0, conversations
 
 Folds = tuple[Callable[[str], Any], Callable[[Any, Event], Any], Callable[[Any, list[Event]], Any]]
@@ -126,16 +127,25 @@ def test_a_negative_seq_is_refused_with_its_own_reason() -> None:
         stats.fold(state, usage(-3, 5))
 
 
-def test_an_operation_refuses_an_action_of_another_tenant() -> None:
+def test_an_operation_refuses_an_action_of_another_tenant_than_its_ledgers() -> None:
     action = ActionEvent(
         id="a1", conversation_id="c", tenant_id="acme", seq=2, timestamp=T0, source="agent",
         tool_name="notify", tool_call_id="k", arguments="{}", llm_response_id="r", operation_id="c/a1",
         intent_hash="h", effect_class="irreversible",
     )  # fmt: skip
-    state = fold_operation(initial_operation("c/a1"), action)
+    proposed = EffectProposed(
+        id="p1", operation_id="c/a1", conversation_id="c", tenant_id="acme", timestamp=T0, action_id="a1",
+        tool_name="notify", intent_hash="h", effect_class="irreversible", reconcile_after=T0,
+    )  # fmt: skip
+    takeover = action.model_copy(update={"tenant_id": "umbrella", "tool_name": "steal"})
+    ledgered = fold_operation(initial_operation("c/a1"), proposed)
+    state = fold_operation(ledgered, action)
     with pytest.raises(TenantMismatchError, match="umbrella"):
-        fold_operation(state, action.model_copy(update={"tenant_id": "umbrella", "tool_name": "steal"}))
-    assert state.tenant_id == "acme" and state.tool_name == "notify"
+        fold_operation(state, takeover)
+    # Events and ledger come on different topics: a takeover before the ledger is forgotten by it.
+    early = fold_operation(fold_operation(initial_operation("c/a1"), takeover), proposed)
+    assert (early.tenant_id, early.tool_name, early.arguments) == ("acme", "notify", "")
+    assert fold_operation(early, action) == state
 
 
 # --- stats within bounds --------------------------------------------------------------------
