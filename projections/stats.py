@@ -11,7 +11,6 @@ event instead would leave a gap in every projection that folds the conversation 
 
 from __future__ import annotations
 
-import math
 import sys
 from collections.abc import Iterable
 from datetime import datetime
@@ -164,24 +163,27 @@ def fold_all(state: ConversationStats, events: Iterable[Event]) -> ConversationS
 def _usage_added(usage: tuple[Any, ...], event: Any) -> tuple[Any, ...]:
     """(llm_calls, prompt, completion, cached tokens, cost, unpriced calls, latency) plus one call."""
     calls, prompt, completion, cached, cost, unpriced, latency = usage
-    priced = event.cost is not None and not math.isnan(event.cost)
-    return (
-        _int_sum(calls, 1),
-        _int_sum(prompt, event.prompt_tokens),
-        _int_sum(completion, event.completion_tokens),
-        _int_sum(cached, event.cached_tokens),
-        _float_sum(cost, event.cost) if priced else cost,
-        _int_sum(unpriced, 0 if priced else 1),
-        _float_sum(latency, event.latency_ms),
-    )
+    prompt += event.prompt_tokens
+    completion += event.completion_tokens
+    cached += event.cached_tokens
+    # Comparisons inline, no call unless a bound is passed: this runs for every LLM call folded.
+    if not (
+        INT64_MIN <= prompt <= INT64_MAX
+        and INT64_MIN <= completion <= INT64_MAX
+        and INT64_MIN <= cached <= INT64_MAX
+    ):
+        prompt, completion, cached = _saturated(prompt), _saturated(completion), _saturated(cached)
+    price = event.cost
+    if price is None or price != price:  # unpriced, or NaN: no usable price
+        unpriced += 1
+    else:
+        cost = _float_sum(cost, price)
+    return (calls + 1, prompt, completion, cached, cost, unpriced, _float_sum(latency, event.latency_ms))
 
 
-def _int_sum(total: int, value: int) -> int:
-    """`total + value`, saturated to the 64-bit range."""
-    result = total + value
-    if INT64_MIN <= result <= INT64_MAX:
-        return result
-    return INT64_MAX if result > 0 else INT64_MIN
+def _saturated(total: int) -> int:
+    """`total` within the 64-bit range."""
+    return INT64_MAX if total > INT64_MAX else INT64_MIN if total < INT64_MIN else total
 
 
 def _float_sum(total: float, value: float) -> float:
@@ -189,8 +191,8 @@ def _float_sum(total: float, value: float) -> float:
     result = total + value
     if -_FLOAT_MAX <= result <= _FLOAT_MAX:
         return result
-    if math.isnan(result):
-        return total if not math.isnan(total) else 0.0
+    if result != result:  # NaN
+        return total if total == total else 0.0
     return _FLOAT_MAX if result > 0 else -_FLOAT_MAX
 
 

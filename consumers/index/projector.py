@@ -57,12 +57,21 @@ def _admit(
 ) -> chain.Chain:
     """Fold a conversation's records into its chain; the admitted go to `admitted`."""
     conv, tenant, last_seq, last_id = state
+    for record in group:  # the common case first: every record the next one, of the owner's tenant
+        event: Any = record.value
+        if event.seq != last_seq + 1 or event.tenant_id != tenant:
+            break
+        last_seq = event.seq
+    else:
+        admitted.extend(group)
+        return chain.Chain(conv, tenant, last_seq, group[-1].value.id)  # type: ignore[attr-defined]
+    conv, tenant, last_seq, last_id = state
     first = len(admitted)
     stored: set[str] | None = None
     for record in group:
-        event: Any = record.value
+        event = record.value
         if event.seq == last_seq + 1 and event.tenant_id == tenant:
-            last_seq, last_id = event.seq, event.id  # the common case, checked inline
+            last_seq, last_id = event.seq, event.id
         else:
             known = None
             if 0 < event.seq <= last_seq:  # a redelivery or a conflict: which ids hold these seqs?
