@@ -250,12 +250,19 @@ def test_a_store_without_the_table_is_retried_and_reported_never_dead_lettered( 
             return body.status_code != 200 and "naive_totals" in body.text
 
         wait_until(reported, 60, "/healthz reporting the store's error")
+        wait_until(
+            lambda: metric_value(runner.metrics.render().decode(), "convdb_consumer_retrying_seconds") > 0.5,
+            30,
+            "the retry in the metrics",
+        )
         naive.create_all(engine)
         applied = "SELECT prompt_tokens FROM naive_totals"
         wait_until(lambda: scalar(store_url, applied) == 200, 60, "the batch")
         healthy = httpx.get(f"http://127.0.0.1:{server.port}/healthz")
         assert healthy.status_code == 200, healthy.text
-        assert metric_value(runner.metrics.render().decode(), "convdb_consumer_dlq_total") == 0
+        metrics = runner.metrics.render().decode()
+        assert metric_value(metrics, "convdb_consumer_dlq_total") == 0
+        assert metric_value(metrics, "convdb_consumer_retrying_seconds") == 0
     finally:
         runner.stop()
         thread.join(30)

@@ -8,11 +8,13 @@ and an ordinary operation is still decided, before and after a restart.
 
 The archive, in process against real S3: a record without a key, with a key that is not UTF-8 or
 holds control characters and commas, a tombstone, an empty value, headers without values and a
-record of about 1 MB are copied byte-exact, and the sink goes on after a restart.
+record of about 1 MB are copied byte-exact, and the sink goes on after a restart; a put that
+fails (a bucket not there yet) is retried and shown on `/healthz` until it succeeds.
 """
 
 from __future__ import annotations
 
+import threading
 import uuid
 from collections import Counter
 from datetime import timedelta
@@ -21,14 +23,19 @@ from pathlib import Path
 import pytest
 from confluent_kafka import Producer
 
+from consumers.archive.container import RawRecord
+from consumers.archive.sink import ArchiveSink, StoredObject
+from consumers.archive.target import open_target
 from infra.dlq import ERROR_CLASS, ERROR_MESSAGE, ORIGINAL_OFFSET
 from infra.kafka import producer_config
+from infra.ops import Health
+from infra.s3 import make_s3_client
 from infra.settings import Settings
 from projections.operation import END_OF_TIME
 from schemas import ActionEvent, EffectStarted
 from schemas.topics import EFFECTS, EVENTS, RECEIPTS
 from tests.archive.conftest import SinkThread, archived_records, chain, publish, rotated
-from tests.conftest import BrokerInfo, wait_until
+from tests.conftest import BrokerInfo, S3Endpoint, wait_until
 from tests.helpers import now, read_topic
 from tests.reconciler.conftest import module_settings, reconciler_proc, wait_worker_ready
 from tests.reconciler.ledger import publish as publish_ledger
@@ -132,3 +139,32 @@ def test_the_archive_copies_any_record_byte_exact_and_carries_on(s3_settings: Se
     assert all(by_offset[(r.partition, r.offset)] == (r.key, r.value) for r in archived)  # byte-exact
     odd = [r for r in archived if (r.key, r.value) in set(ODD)]
     assert len(odd) == len(ODD) and all(r.headers == tuple(HEADERS) for r in odd)
+
+
+@pytest_s3
+def test_an_archive_put_that_fails_is_retried_and_on_healthz_until_it_succeeds(
+    s3_settings: Settings, s3_endpoint: S3Endpoint
+) -> None:
+    bucket = f"later-{uuid.uuid4().hex[:10]}"  # not created yet: every put fails
+    settings = s3_settings.model_copy(update={"archive_url": f"s3://{bucket}/archive"})
+    health = Health()
+    target, prefix = open_target(settings)
+    sink = ArchiveSink(target, prefix, settings.archive, report=lambda p: health.problem("archive", p))
+    topic = settings.topic("events")
+    stored: list[StoredObject] = []
+
+    def store() -> None:
+        sink.add(RawRecord(topic, 0, 0, 0, b"k", b"v"))  # lists what is stored from offset 0: retried
+        stored.append(sink.flush((topic, 0)))
+
+    flushing = threading.Thread(target=store, daemon=True)
+    flushing.start()
+    wait_until(lambda: not health.report()[0], 30, "the failing put on /healthz")
+    assert "NoSuchBucket" in health.report()[1]["problems"]["archive"]
+    client = make_s3_client(
+        s3_endpoint.endpoint_url, "us-east-1", s3_endpoint.access_key_id, s3_endpoint.secret_access_key
+    )
+    client.create_bucket(Bucket=bucket)
+    flushing.join(60)
+    assert stored and stored[0].next_offset == 1
+    assert health.report()[0] is True
