@@ -274,7 +274,10 @@ class Runner:
         # Effects that must not run inside the store transaction (the titles service's LLM
         # call); they only see partitions that are fully consumed.
         for projector in self.projectors:
-            projector.after_commit(self.engine, caught_up)
+            try:
+                projector.after_commit(self.engine, caught_up)
+            except Exception:  # noqa: BLE001 - an effect outside the store: it fails, the consumer goes on
+                logger.exception("%s: after-commit effect failed", projector.name)
 
     def _update_lag(self, consumer: Consumer) -> set[tuple[str, int]]:
         """Set the lag gauges; returns the partitions consumed up to the fetch-reported end."""

@@ -18,6 +18,7 @@ from projections._sequence import ANNOTATION_SEQ, check_member, is_next
 from projections._text import shorten
 from schemas._types import TitleOrigin
 from schemas.events import Event
+from schemas.validation import clean_text
 
 TITLE_LIMIT = 60
 """Longest title, in characters (ellipsis included)."""
@@ -134,8 +135,8 @@ def title_prompt(state: TitleProcessor) -> str:
 
 
 def clean_llm_title(text: str) -> str:
-    """An LLM's answer made into a title: first line, quotes stripped, ≤ 60 chars."""
-    first_line = next((line for line in text.splitlines() if line.strip()), "")
+    """An LLM's answer made into a title: first line, quotes stripped, ≤ 60 chars, no NUL."""
+    first_line = next((line for line in clean_text(text).splitlines() if line.strip()), "")
     return shorten(first_line.strip().strip("\"'`“”"), TITLE_LIMIT)
 
 

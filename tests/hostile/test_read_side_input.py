@@ -10,7 +10,8 @@ stays truthful, and the process restarted after them comes back and carries on.
 
 Below it, the runner's own layers (in process): a value a store column cannot hold, only when
 two records add up, is found and dead-lettered on SQLite (OverflowError) and PostgreSQL
-(DataError); a locked store is an infrastructure error: retried, on `/healthz`, then applied.
+(DataError); a store without the table is the store's error: retried, on `/healthz` and in the
+metrics, never dead-lettered; an LLM title holding a NUL is published clean.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from consumers.dlq import OMITTED
 from consumers.metrics import MetricsServer
 from consumers.runner import Runner
 from consumers.store import upsert
+from consumers.titles import TitlesConsumer
 from infra.dlq import ERROR_CLASS, ERROR_MESSAGE, ORIGINAL_OFFSET
 from infra.kafka import apply_topics, producer_config
 from infra.settings import Settings
@@ -269,3 +271,24 @@ def test_a_store_without_the_table_is_retried_and_reported_never_dead_lettered( 
         server.stop()
         engine.dispose()
     assert not thread.is_alive()
+
+
+def test_an_llm_title_with_a_nul_is_published_clean_and_the_consumer_goes_on(  # type: ignore[no-untyped-def]
+    make_settings, sqlite_url: str
+) -> None:
+    """The title effect runs outside the store: its encoding refused a NUL and ended the consumer."""
+    settings = make_settings(store_url=sqlite_url, llm={"title_model": "convdb/scripted"})
+    apply_topics(settings)
+    produce(settings, events_of(conversation("titled", 4)))
+    consumer = TitlesConsumer(settings, complete=lambda _model, _prompt: "Fix\x00 the bug")
+    runner = Runner(settings, [consumer], name="titles-nul")
+    thread = run(runner)
+    title = "SELECT title, origin, status FROM titles_conversations WHERE conversation_id = 'titled'"
+    try:
+        wait_until(lambda: runner.assignment, 60, "the titles consumer assigned (its tables created)")
+        clean = [("Fix\ufffd the bug", "llm", "disabled")]
+        wait_until(lambda: rows(sqlite_url, title) == clean, 60, "the title")
+        assert thread.is_alive() and runner.metrics.report()[0]
+    finally:
+        runner.stop()
+        thread.join(30)
