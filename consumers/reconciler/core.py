@@ -143,12 +143,16 @@ class Reconciler:
             try:
                 sent += await self._decide(state, now)
             except _SendError as exc:  # the broker: the next tick decides again
-                unsent = time.time() - self._unsent_since
+                self._unsent_since = self._unsent_since or time.monotonic()
+                unsent = time.monotonic() - self._unsent_since
                 self.health.problem("publish", f"transitions not sent for {unsent:.0f}s: {exc}")
                 logger.warning("tick stopped, a transition was not sent: %s", exc)
                 break
             except Exception as exc:  # noqa: BLE001 - one operation's data: the others go on
                 self._undecidable(state, exc)
+        else:
+            self._unsent_since = 0.0
+            self.health.problem("publish", None)
         self.metrics.observe_table(
             OperationState.model_validate_json(raw) for raw in list(self.table.values())
         )
@@ -216,10 +220,7 @@ class Reconciler:
                 try:
                     await self.send("effects", record.conversation_id.encode(), value, headers)
                 except Exception as exc:
-                    self._unsent_since = self._unsent_since or time.time()
                     raise _SendError(f"{record.kind} for {record.operation_id[:200]}: {exc}") from exc
-            self._unsent_since = 0.0
-            self.health.problem("publish", None)
             self._in_flight[record.id] = time.monotonic()
             self.counters.emitted += 1
             self.metrics.resolved.labels(record.kind).inc()
