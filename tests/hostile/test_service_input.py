@@ -9,11 +9,13 @@ and an ordinary operation is still decided, before and after a restart.
 The archive, in process against real S3: a record without a key, with a key that is not UTF-8 or
 holds control characters and commas, a tombstone, an empty value, headers without values and a
 record of about 1 MB are copied byte-exact, and the sink goes on after a restart; a put that
-fails (a bucket not there yet) is retried and shown on `/healthz` until it succeeds.
+fails (a bucket not there yet) is retried and shown on `/healthz` until it succeeds. A
+transition the reconciler cannot send is on its `/healthz` until one is sent.
 """
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import uuid
 from collections import Counter
@@ -26,13 +28,14 @@ from confluent_kafka import Producer
 from consumers.archive.container import RawRecord
 from consumers.archive.sink import ArchiveSink, StoredObject
 from consumers.archive.target import open_target
+from consumers.reconciler.core import Reconciler
 from infra.dlq import ERROR_CLASS, ERROR_MESSAGE, ORIGINAL_OFFSET
 from infra.kafka import producer_config
 from infra.ops import Health
 from infra.s3 import make_s3_client
 from infra.settings import Settings
 from projections.operation import END_OF_TIME
-from schemas import ActionEvent, EffectStarted
+from schemas import ActionEvent, EffectStarted, SingleObjectCodec
 from schemas.topics import EFFECTS, EVENTS, RECEIPTS
 from tests.archive.conftest import SinkThread, archived_records, chain, publish, rotated
 from tests.conftest import BrokerInfo, S3Endpoint, wait_until
@@ -168,3 +171,26 @@ def test_an_archive_put_that_fails_is_retried_and_on_healthz_until_it_succeeds(
     flushing.join(60)
     assert stored and stored[0].next_offset == 1
     assert health.report()[0] is True
+
+
+def test_a_tick_whose_transition_is_not_sent_is_on_healthz_until_one_is() -> None:
+    """The reconciler's core with its faust wiring replaced by a send that fails, then works."""
+    broker_up = False
+    sent: list[bytes] = []
+
+    async def send(suffix: str, key: bytes, value: bytes, headers: object) -> None:  # noqa: ARG001
+        if not broker_up:
+            raise ConnectionError("no broker")
+        sent.append(value)
+
+    core = Reconciler(Settings(_env_file=None), SingleObjectCodec(), {}, send, {})  # type: ignore[call-arg]
+    op, records = started_operation("unsent")  # past its deadline: the tick decides at once
+    for offset, (topic, record) in enumerate(records):
+        asyncio.run(core.ingest(topic.name("t"), 0, offset, b"unsent", SingleObjectCodec().encode(record)))
+    assert asyncio.run(core.tick()) == 0
+    ok, details = core.health.report()
+    assert not ok and "no broker" in details["problems"]["publish"]
+    broker_up = True
+    assert asyncio.run(core.tick()) == 1 and len(sent) == 1
+    assert core.health.report()[0] is True
+    assert op in reconciler_records([SingleObjectCodec().decode(v) for v in sent])  # type: ignore[misc]
