@@ -11,6 +11,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from schemas import AvroModel, SingleObjectCodec
+from schemas.errors import InvalidRecordError
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _CODEC = SingleObjectCodec()
@@ -41,3 +42,17 @@ def payload_json(data: bytes | memoryview) -> str:
     """A payload as the event's JSON text (`model_dump_json()`), for query results."""
     event = event_from_payload(data)
     return str(event.__pydantic_serializer__.to_json(event).decode())
+
+
+def key_of(key: bytes | None, conversation_id: str) -> str:
+    """The record's key as text; it must be its conversation id (else another partition holds the rest).
+
+    Raises:
+        InvalidRecordError: the key is another (the live runner and replay both refuse it).
+    """
+    text = key.decode(errors="replace") if key else ""
+    if text != conversation_id:
+        raise InvalidRecordError(
+            f"key {text[:80]!r} is not the record's conversation_id {conversation_id[:80]!r}"
+        )
+    return text

@@ -25,7 +25,6 @@ from sqlalchemy.engine import Connection, Engine
 from consumers._batch import Batch, ConsumedRecord, Rejection
 from consumers.store import upsert
 from infra.settings import Settings
-from projections.errors import ProjectionError
 from schemas.topics import EVENTS, Topic
 
 __all__ = [
@@ -229,18 +228,19 @@ def fold_records(
 ) -> tuple[S, Sequence[ConsumedRecord]]:
     """Fold records with the batched `fold_all`; if it refuses one, again record by record.
 
-    A record the projection refuses (`ProjectionError`) is added to `rejected` and skipped.
+    A record the projection refuses (`ProjectionError`, or any exception the pure fold raises on
+    its value: an overflow, a recursion) is added to `rejected` and skipped, `state` unchanged.
     Returns the final state and the records that were folded.
     """
     try:
         return projection.fold_all(state, [r.value for r in records]), records
-    except ProjectionError:
+    except Exception:  # noqa: BLE001, S110 - one by one below tells which record, and why
         pass
     folded = []
     for record in records:
         try:
             state = projection.fold(state, record.value)
-        except ProjectionError as exc:
+        except Exception as exc:  # noqa: BLE001 - a pure fold has no other failure than its input
             rejected.append(Rejection(record, exc))
             continue
         folded.append(record)

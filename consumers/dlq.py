@@ -4,21 +4,33 @@ A record is dead-lettered *before* the batch's store transaction commits its off
 runner waits until the DLQ write is durable: a crash in between re-sends it (at-least-once
 into the DLQ; the `convdb.original.*` headers identify duplicates), and nothing is lost.
 The headers are the one contract of `infra.dlq`.
+
+A record the DLQ cannot take as it is (the copy, headers added, is over the producer's or the
+broker's size limit) is dead-lettered without its value, with a header saying so: the original
+stays at the coordinates the headers name (and in the archive). Else one oversized record would
+stop the consumer on every restart.
 """
 
 from __future__ import annotations
 
 import logging
 
-from confluent_kafka import Message
+from confluent_kafka import KafkaError, KafkaException, Message
 
 from infra.dlq import error_headers
 from infra.errors import PublishError
-from infra.producer import DurableProducer
+from infra.producer import Delivery, DurableProducer
 from infra.settings import Settings
 from schemas.topics import DLQ
 
 logger = logging.getLogger(__name__)
+
+OMITTED = "convdb.dlq.omitted"
+"""Header of a dead letter sent without its value: why, and how many bytes were left out."""
+
+_KEY_LIMIT = 1024
+
+Letter = tuple[bytes | None, bytes | None, list[tuple[str, bytes]]]
 
 
 class DeadLetters:
@@ -28,6 +40,7 @@ class DeadLetters:
         self.topic = DLQ.name(settings.namespace)
         self.consumer = consumer
         self._producer = producer or DurableProducer(settings)
+        self._sent: list[tuple[Delivery, Letter]] = []
 
     def send(self, msg: Message, error: BaseException) -> None:
         """Enqueue one poison record, keeping its key and value bytes."""
@@ -40,15 +53,34 @@ class DeadLetters:
             type(error).__name__,
             error,
         )
-        self._producer.produce_raw(self.topic, msg.key(), msg.value(), headers)
+        letter: Letter = (msg.key(), msg.value(), headers)
+        try:
+            delivery = self._producer.produce_raw(self.topic, *letter)
+        except PublishError as exc:
+            if not _too_large(exc.__cause__):
+                raise
+            letter = _without_value(letter, str(exc.__cause__))
+            delivery = self._producer.produce_raw(self.topic, *letter)
+        self._sent.append((delivery, letter))
 
     def wait_durable(self) -> None:
         """Block until every enqueued record is acknowledged.
 
         Raises:
-            PublishError: a record was not delivered in time (the caller must not commit).
+            PublishError: a record was not delivered in time (the caller must not commit, and
+                sends its dead letters again).
         """
-        self._producer.flush()
+        sent, self._sent = self._sent, []
+        try:
+            self._producer.flush()
+        except PublishError:
+            self._producer.wait_durable([self._again(d, letter) for d, letter in sent])
+
+    def _again(self, delivery: Delivery, letter: Letter) -> Delivery:
+        """The delivery itself, or a copy without the value when the broker refused its size."""
+        if not delivery.done or not _too_large(delivery.error):
+            return delivery
+        return self._producer.produce_raw(self.topic, *_without_value(letter, delivery.error.str()))  # type: ignore[union-attr]
 
     def close(self) -> None:
         """Flush what is pending; a record that does not make it is sent again after a restart."""
@@ -57,3 +89,21 @@ class DeadLetters:
         except PublishError as exc:
             # Its batch never committed (`wait_durable` comes first), so the record is re-read.
             logger.warning("closing with dead letters not acknowledged (re-sent on restart): %s", exc)
+
+
+def _too_large(error: object) -> bool:
+    if isinstance(error, KafkaException):
+        error = error.args[0] if error.args else None
+    return isinstance(error, KafkaError) and error.code() in (
+        KafkaError.MSG_SIZE_TOO_LARGE,
+        KafkaError.RECORD_LIST_TOO_LARGE,
+    )
+
+
+def _without_value(letter: Letter, why: str) -> Letter:
+    key, value, headers = letter
+    size = len(key or b"") + len(value or b"")
+    note = f"{size} bytes of key and value left out ({why}); the original is at convdb.original.*"
+    logger.warning("dead letter too large for the DLQ, sent without its value: %s", note)
+    short_key = key if key is None or len(key) <= _KEY_LIMIT else key[:_KEY_LIMIT]
+    return short_key, None, [*headers, (OMITTED, note.encode())]

@@ -61,6 +61,11 @@ class ConsumerMetrics:
         self.last_commit = time.monotonic()
         self.retrying: tuple[float, str] | None = None
         """(since, last error) while a batch's store transaction is being retried."""
+        Gauge(
+            "convdb_consumer_retrying_seconds",
+            "How long the batch in hand has been retried on an error of the store or the DLQ (0: none)",
+            registry=self.registry,
+        ).set_function(self._retrying_s)
         self.healthy = True
         self._lags: dict[tuple[str, int], int] = {}
         self._window: list[tuple[float, int]] = []
@@ -77,6 +82,10 @@ class ConsumerMetrics:
         self._window.append((now, applied))
         span = max(now - self._window[0][0], 1.0)
         self.rate.labels(self.consumer).set(sum(n for _, n in self._window) / span)
+
+    def _retrying_s(self) -> float:
+        retrying = self.retrying
+        return 0.0 if retrying is None else time.monotonic() - retrying[0]
 
     def set_lag(self, topic: str, partition: int, lag: int) -> None:
         """Set the lag of one assigned partition."""

@@ -27,14 +27,14 @@ from dataclasses import dataclass
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Message, TopicPartition
 from sqlalchemy.engine import Engine
-from sqlalchemy.exc import DataError, DBAPIError
 
-from consumers._apply import apply_batch
+from consumers._commit import BatchWriter
 from consumers._gc import batch_done, batch_loop
 from consumers._pipeline import StorePipeline
-from consumers.base import Batch, ConsumedRecord, Projector
+from consumers._rows import key_of
+from consumers.base import ConsumedRecord, Projector
 from consumers.dlq import DeadLetters
-from consumers.errors import ConsumerError, StoreError
+from consumers.errors import ConsumerError
 from consumers.metrics import ConsumerMetrics
 from consumers.store import ensure_projections, open_engine
 from consumers.store import stored_offsets as read_stored_offsets
@@ -106,6 +106,9 @@ class Runner:
         self.assigned_at: float | None = None
         """`time.perf_counter()` of the first partition assignment (benchmarks clock from it)."""
         self._dead = DeadLetters(settings, self.name)
+        self._writer = BatchWriter(
+            self.engine, self.projectors, settings.namespace, self._dead, self.metrics, store_retry_s
+        )
         self._pipeline: StorePipeline[_Decoded, _Written] | None = None
 
     @property
@@ -178,10 +181,8 @@ class Runner:
         """Dead-letter the poison, then apply and commit the batch; (its ends, records applied)."""
         # Each traced record gets a span (child of its producer's) covering its batch transaction.
         with tracing.record_spans(f"consumer {self.name}", list(batch.raw.values())):
-            for msg, error in batch.poison:
-                self._dead.send(msg, error)
             ends = _batch_ends(batch.raw)
-            applied = self._commit_with_retries(batch.records, batch.raw, ends, batch.poison)
+            applied = self._writer.write(batch.records, batch.raw, ends, batch.poison)
         self.metrics.batch_done(applied, len(batch.poison), time.monotonic() - batch.started)
         return ends, applied
 
@@ -206,9 +207,12 @@ class Runner:
                 if value is None:
                     raise NotAvroError("null value (a tombstone) where a record was expected")
                 decoded = decode(value, expect=expected[topic])
-                key = _key_of(msg.key(), decoded.conversation_id)
+                key = key_of(msg.key(), decoded.conversation_id)
             except SchemaError as exc:
                 poison.append((msg, exc))
+                continue
+            except Exception as exc:  # noqa: BLE001 - whatever one record makes the decoder raise
+                poison.append((msg, InvalidRecordError(f"does not decode: {type(exc).__name__}: {exc}")))
                 continue
             records.append(
                 ConsumedRecord(
@@ -216,74 +220,6 @@ class Runner:
                 )
             )
         return records, raw, poison
-
-    def _commit_with_retries(
-        self,
-        records: list[ConsumedRecord],
-        raw: dict[tuple[str, int, int], Message],
-        ends: dict[tuple[str, int], int],
-        poison: list[Poison],
-    ) -> int:
-        deadline = time.monotonic() + self.store_retry_s
-        delay = 0.1
-        sent = {(m.topic(), m.partition(), m.offset()) for m, _ in poison}
-        while True:
-            try:
-                with self.engine.begin() as conn:
-                    applied, rejected = apply_batch(
-                        conn, self.projectors, self.settings.namespace, Batch(records), ends
-                    )
-                    for rejection in rejected:
-                        rec = rejection.record
-                        where = (rec.topic, rec.partition, rec.offset)
-                        if where not in sent:  # a retried transaction does not send it twice
-                            sent.add(where)
-                            poison.append((raw[where], rejection.error))
-                            self._dead.send(raw[where], rejection.error)
-                    # The DLQ copy must be durable before the offsets that skip it are.
-                    self._dead.wait_durable()
-                self.metrics.retrying = None
-                return applied
-            except DataError as exc:
-                # The store refuses a value (a data error, not an outage): find the record(s),
-                # dead-letter them, apply the rest. Retrying the same batch would fail forever.
-                culprits = self._isolate(records, ends)
-                if not culprits:
-                    raise StoreError(f"store {self.engine.url!r} refuses the batch: {exc}") from exc
-                for rec in culprits:
-                    where = (rec.topic, rec.partition, rec.offset)
-                    error = InvalidRecordError(f"the store refuses it: {_first_line(exc)}")
-                    sent.add(where)
-                    poison.append((raw[where], error))
-                    self._dead.send(raw[where], error)
-                records = [r for r in records if r not in culprits]
-            except DBAPIError as exc:
-                since = self.metrics.retrying[0] if self.metrics.retrying else time.monotonic()
-                self.metrics.retrying = (since, _first_line(exc))
-                if time.monotonic() > deadline:
-                    raise StoreError(
-                        f"store {self.engine.url!r} failing for {self.store_retry_s}s: {exc}"
-                    ) from exc
-                logger.warning("store error, retrying batch in %.1fs: %s", delay, exc)
-                time.sleep(delay)
-                delay = min(delay * 2, 5.0)
-
-    def _isolate(
-        self, records: list[ConsumedRecord], ends: dict[tuple[str, int], int]
-    ) -> list[ConsumedRecord]:
-        """The records whose rows the store refuses (bisection, each try rolled back)."""
-        if not records:
-            return []
-        try:
-            with self.engine.connect() as conn, conn.begin() as txn:
-                apply_batch(conn, self.projectors, self.settings.namespace, Batch(records), ends)
-                txn.rollback()
-            return []
-        except DataError:
-            if len(records) == 1:
-                return records
-        half = len(records) // 2
-        return self._isolate(records[:half], ends) + self._isolate(records[half:], ends)
 
     def _commit_kafka(self, written: list[_Written]) -> None:
         # A courtesy for `kafka-consumer-groups`-style lag tools; positions come from the store.
@@ -338,7 +274,10 @@ class Runner:
         # Effects that must not run inside the store transaction (the titles service's LLM
         # call); they only see partitions that are fully consumed.
         for projector in self.projectors:
-            projector.after_commit(self.engine, caught_up)
+            try:
+                projector.after_commit(self.engine, caught_up)
+            except Exception:  # noqa: BLE001 - an effect outside the store: it fails, the consumer goes on
+                logger.exception("%s: after-commit effect failed", projector.name)
 
     def _update_lag(self, consumer: Consumer) -> set[tuple[str, int]]:
         """Set the lag gauges; returns the partitions consumed up to the fetch-reported end."""
@@ -366,20 +305,6 @@ def _batch_ends(raw: dict[tuple[str, int, int], Message]) -> dict[tuple[str, int
     for topic, partition, offset in raw:
         ends[(topic, partition)] = max(ends.get((topic, partition), 0), offset + 1)
     return ends
-
-
-def _key_of(key: bytes | None, conversation_id: str) -> str:
-    """The record's key as text; it must be its conversation id (else another partition holds the rest)."""
-    text = key.decode(errors="replace") if key else ""
-    if text != conversation_id:
-        raise InvalidRecordError(
-            f"key {text[:80]!r} is not the record's conversation_id {conversation_id[:80]!r}"
-        )
-    return text
-
-
-def _first_line(exc: BaseException) -> str:
-    return (str(exc).splitlines() or [type(exc).__name__])[0][:500]
 
 
 def _check_consumer_error(err: KafkaError) -> None:

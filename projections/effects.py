@@ -31,6 +31,7 @@ from projections.operation import (
     Transition,
     fold,
     initial,
+    later,
     operation_id_of,
     transition_of,
 )
@@ -96,7 +97,7 @@ def decide(state: OperationState, now: datetime, policy: ReconcilePolicy, *, has
     if not state.is_open:
         return Decision()
     receipt = state.receipt
-    if receipt is not None and now >= receipt.timestamp + policy.receipt_grace:
+    if receipt is not None and now >= later(receipt.timestamp, policy.receipt_grace):
         return Decision(emit=(_from_receipt(state, now),))
     due = state.reconcile_after is not None and now >= state.reconcile_after
     if state.status is not OperationStatus.EXECUTING or not due:

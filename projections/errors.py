@@ -13,6 +13,11 @@ class SequenceGapError(ProjectionError):
     """An event's seq does not follow its conversation's last seq (events missing, or out of order)."""
 
 
+class SequenceConflictError(ProjectionError):
+    """An event takes a seq its conversation already holds with another event id (a second writer,
+    or a forgery): the log decided that seq with the first one, so this one is refused (DLQ)."""
+
+
 class ConversationMismatchError(ProjectionError):
     """An event of one conversation was folded into another conversation's state."""
 

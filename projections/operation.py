@@ -9,7 +9,7 @@ cap, the recovery step) is in `projections.settlement`, written once for the sam
 from __future__ import annotations
 
 from collections.abc import Mapping
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 from enum import StrEnum
 from typing import Literal
 
@@ -211,9 +211,12 @@ def fold(state: OperationState, record: object) -> OperationState:
 
     Raises:
         IllegalTransitionError: a ledger record about an operation that was never proposed.
+        TenantMismatchError: a record names another tenant than the operation's.
     """
     if isinstance(record, LedgerRecord):
         return _apply_ledger(state, record)
+    if isinstance(record, ActionEvent | ObservationEvent):
+        state = _event_owner(state, record)
     if isinstance(record, ActionEvent):
         return state.model_copy(update=_intent(record))
     if isinstance(record, ObservationEvent):
@@ -221,6 +224,20 @@ def fold(state: OperationState, record: object) -> OperationState:
     if isinstance(record, Receipt):
         return _apply_receipt(state, record)
     return state
+
+
+def _event_owner(state: OperationState, event: ActionEvent | ObservationEvent) -> OperationState:
+    """Refuse an event of another tenant than the one the operation's ledger names.
+
+    Before the ledger has named one, what a record of another tenant said (a parked receipt, an
+    event) is forgotten: the events and the ledger come on different topics, in either order,
+    and the ledger decides when it comes (`_apply_ledger`).
+    """
+    if not state.tenant_id or event.tenant_id == state.tenant_id:
+        return state
+    if state.status is not None:
+        check_owner(state.tenant_id, event, f"operation {state.operation_id[:80]!r} of")
+    return initial(state.operation_id)
 
 
 def _intent(event: ActionEvent) -> dict[str, object]:
@@ -261,8 +278,9 @@ def _apply_ledger(state: OperationState, record: LedgerRecord) -> OperationState
     if state.tenant_id and record.tenant_id != state.tenant_id:
         if state.status is not None:
             check_owner(state.tenant_id, record, f"operation {record.operation_id[:80]!r} of")
-        # Only a parked receipt named that tenant, and the ledger is the authority: drop it.
-        state = state.model_copy(update={"receipt": None, "tenant_id": record.tenant_id})
+        # Only records before the ledger (a parked receipt, an event) named that tenant, and the
+        # ledger is the authority: forget what they said.
+        state = initial(state.operation_id)
     transition = transition_of(record)
     new_status = TRANSITIONS.get((state.status, transition))
     if new_status is None:
@@ -322,4 +340,16 @@ def _deadline(state: OperationState, started: EffectStarted) -> datetime | None:
     """A retry gets as long as the first attempt had: started + (reconcile_after - proposed)."""
     if state.reconcile_after is None or state.proposed_at is None or started.attempt <= 1:
         return state.reconcile_after
-    return max(state.reconcile_after, started.timestamp + (state.reconcile_after - state.proposed_at))
+    return max(state.reconcile_after, later(started.timestamp, state.reconcile_after - state.proposed_at))
+
+
+END_OF_TIME = datetime.max.replace(tzinfo=UTC)
+"""The latest moment a deadline can name: one past it saturates here (it is never due)."""
+
+
+def later(moment: datetime, delta: timedelta) -> datetime:
+    """`moment + delta`, saturated to the range of datetimes (records may name any timestamp)."""
+    try:
+        return moment + delta
+    except OverflowError:
+        return END_OF_TIME if delta > timedelta(0) else datetime.min.replace(tzinfo=UTC)

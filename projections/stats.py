@@ -1,21 +1,29 @@
 """Per-conversation statistics: counts, LLM usage and cost, tool calls, errors, status, time.
 
 A pure fold of small aggregates (O(1) per event). Duplicates (seq ≤ last, or a re-delivered
-annotation) are not counted twice; a gap raises `SequenceGapError`.
+annotation) are not counted twice; a gap raises `SequenceGapError`, an event of another tenant
+`TenantMismatchError`, another event at the last seq `SequenceConflictError` (`_sequence`).
+
+Sums saturate: a token total stays within a 64-bit integer (the store's BIGINT) and a cost or
+latency total stays a finite float, whatever the events say (a NaN adds nothing). Refusing the
+event instead would leave a gap in every projection that folds the conversation after it.
 """
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Iterable
 from datetime import datetime
 from typing import Any, NamedTuple
 
-from projections._sequence import ANNOTATION_SEQ, is_next
-from projections.errors import ConversationMismatchError
+from projections._sequence import ANNOTATION_SEQ, check_member, is_next
 from schemas._types import ExecutionStatus
 from schemas.events import EVENT_KINDS, Event
 
 _KIND_INDEX = {kind: i for i, kind in enumerate(EVENT_KINDS)}
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
+"""The range of every integer figure (a BIGINT column)."""
+_FLOAT_MAX = sys.float_info.max
 
 
 class ConversationStats(NamedTuple):
@@ -47,6 +55,8 @@ class ConversationStats(NamedTuple):
     last_timestamp: datetime | None = None
     annotations: frozenset[str] = frozenset()
     """Ids of the annotations (seq 0) counted, so a re-delivery is not counted again."""
+    last_id: str | None = None
+    """Id of the event at `last_seq`: another id at that seq is a conflict, not a redelivery."""
 
     @property
     def counts_by_kind(self) -> dict[str, int]:
@@ -71,21 +81,19 @@ def fold(state: ConversationStats, event: Event) -> ConversationStats:
 
     Raises:
         SequenceGapError: seq > last seq + 1.
+        SequenceConflictError: another event id at the last seq.
         ConversationMismatchError: the event belongs to another conversation.
+        TenantMismatchError: the event names another tenant than the conversation's first event.
     """
     annotations = state.annotations
-    last_seq = state.last_seq
+    last_seq, last_id = state.last_seq, state.last_id
     if event.seq == ANNOTATION_SEQ:
-        if event.conversation_id != state.conversation_id:
-            raise ConversationMismatchError(
-                f"event {event.id} (kind {event.kind}) belongs to conversation "
-                f"{event.conversation_id}, not {state.conversation_id}"
-            )
+        check_member(state.conversation_id, state.tenant_id, event)
         if event.id in annotations:
             return state
         annotations = annotations | {event.id}
-    elif is_next(state.conversation_id, last_seq, event):
-        last_seq = event.seq
+    elif is_next(state.conversation_id, last_seq, event, owner=state.tenant_id, last_id=last_id):
+        last_seq, last_id = event.seq, event.id
     else:
         return state
     i = _KIND_INDEX[event.kind]
@@ -99,6 +107,7 @@ def fold(state: ConversationStats, event: Event) -> ConversationStats:
         first_timestamp=moment if first is None or moment < first else first,
         last_timestamp=moment if last is None or moment > last else last,
         annotations=annotations,
+        last_id=last_id,
     )
     update = _UPDATES.get(event.kind)
     return counted if update is None else update(counted, event)
@@ -115,19 +124,18 @@ def fold_all(state: ConversationStats, events: Iterable[Event]) -> ConversationS
     counts = list(s.counts)
     usage = s[5:12]  # llm_calls .. llm_latency_ms, in field order
     tools, errors, status = s.tool_calls, s.errors, s.execution_status
-    first, last, annotations = s.first_timestamp, s.last_timestamp, s.annotations
+    first, last, annotations, last_id = s.first_timestamp, s.last_timestamp, s.annotations, s.last_id
     for event in events:
-        if event.seq == ANNOTATION_SEQ:
-            if event.conversation_id != conv:
-                raise ConversationMismatchError(
-                    f"event {event.id} (kind {event.kind}) belongs to conversation "
-                    f"{event.conversation_id}, not {conv}"
-                )
+        seq = event.seq
+        if seq == last_seq + 1 and event.conversation_id == conv and event.tenant_id == tenant:
+            last_seq, last_id = seq, event.id  # the common case, checked inline
+        elif seq == ANNOTATION_SEQ:
+            check_member(conv, tenant, event)
             if event.id in annotations:
                 continue
             annotations = annotations | {event.id}
-        elif is_next(conv, last_seq, event):
-            last_seq = event.seq
+        elif is_next(conv, last_seq, event, owner=tenant, last_id=last_id):
+            last_seq, last_id = seq, event.id
         else:
             continue
         kind, moment = event.kind, event.timestamp
@@ -147,23 +155,45 @@ def fold_all(state: ConversationStats, events: Iterable[Event]) -> ConversationS
     if count == s.events:
         return state
     return ConversationStats(
-        conv, tenant, last_seq, count, tuple(counts), *usage, tools, errors, status, first, last, annotations
-    )
+        conv, tenant, last_seq, count, tuple(counts), *usage, tools, errors, status, first, last, annotations,
+        last_id,
+    )  # fmt: skip
 
 
 def _usage_added(usage: tuple[Any, ...], event: Any) -> tuple[Any, ...]:
     """(llm_calls, prompt, completion, cached tokens, cost, unpriced calls, latency) plus one call."""
     calls, prompt, completion, cached, cost, unpriced, latency = usage
-    priced = event.cost is not None
-    return (
-        calls + 1,
-        prompt + event.prompt_tokens,
-        completion + event.completion_tokens,
-        cached + event.cached_tokens,
-        cost + event.cost if priced else cost,
-        unpriced + (0 if priced else 1),
-        latency + event.latency_ms,
-    )
+    prompt += event.prompt_tokens
+    completion += event.completion_tokens
+    cached += event.cached_tokens
+    # Comparisons inline, no call unless a bound is passed: this runs for every LLM call folded.
+    if not (
+        INT64_MIN <= prompt <= INT64_MAX
+        and INT64_MIN <= completion <= INT64_MAX
+        and INT64_MIN <= cached <= INT64_MAX
+    ):
+        prompt, completion, cached = _saturated(prompt), _saturated(completion), _saturated(cached)
+    price = event.cost
+    if price is None or price != price:  # unpriced, or NaN: no usable price
+        unpriced += 1
+    else:
+        cost = _float_sum(cost, price)
+    return (calls + 1, prompt, completion, cached, cost, unpriced, _float_sum(latency, event.latency_ms))
+
+
+def _saturated(total: int) -> int:
+    """`total` within the 64-bit range."""
+    return INT64_MAX if total > INT64_MAX else INT64_MIN if total < INT64_MIN else total
+
+
+def _float_sum(total: float, value: float) -> float:
+    """`total + value`, saturated to the finite floats; a NaN adds nothing."""
+    result = total + value
+    if -_FLOAT_MAX <= result <= _FLOAT_MAX:
+        return result
+    if result != result:  # NaN
+        return total if total == total else 0.0
+    return _FLOAT_MAX if result > 0 else -_FLOAT_MAX
 
 
 def as_row(state: ConversationStats) -> dict[str, Any]:
@@ -178,15 +208,15 @@ def as_row(state: ConversationStats) -> dict[str, Any]:
 
 
 def _llm_usage(state: ConversationStats, event: Any) -> ConversationStats:
-    priced = event.cost is not None
+    calls, prompt, completion, cached, cost, unpriced, latency = _usage_added(state[5:12], event)
     return state._replace(
-        llm_calls=state.llm_calls + 1,
-        prompt_tokens=state.prompt_tokens + event.prompt_tokens,
-        completion_tokens=state.completion_tokens + event.completion_tokens,
-        cached_tokens=state.cached_tokens + event.cached_tokens,
-        cost=state.cost + event.cost if priced else state.cost,
-        unpriced_calls=state.unpriced_calls + (0 if priced else 1),
-        llm_latency_ms=state.llm_latency_ms + event.latency_ms,
+        llm_calls=calls,
+        prompt_tokens=prompt,
+        completion_tokens=completion,
+        cached_tokens=cached,
+        cost=cost,
+        unpriced_calls=unpriced,
+        llm_latency_ms=latency,
     )
 
 

@@ -14,11 +14,11 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Literal, NamedTuple
 
-from projections._sequence import ANNOTATION_SEQ, is_next
+from projections._sequence import ANNOTATION_SEQ, check_member, is_next
 from projections._text import shorten
-from projections.errors import ConversationMismatchError
 from schemas._types import TitleOrigin
 from schemas.events import Event
+from schemas.validation import clean_text
 
 TITLE_LIMIT = 60
 """Longest title, in characters (ellipsis included)."""
@@ -43,6 +43,10 @@ class TitleProcessor(NamedTuple):
     last_seq: int = 0
     annotations: frozenset[str] = frozenset()
     """Ids of the annotations (seq 0 TitleEvents) folded, so a re-delivery changes nothing."""
+    tenant_id: str | None = None
+    """Tenant of the conversation's first event: an event naming another is refused."""
+    last_id: str | None = None
+    """Id of the event at `last_seq`: another id at that seq is a conflict, not a redelivery."""
 
 
 def initial(conversation_id: str) -> TitleProcessor:
@@ -55,21 +59,22 @@ def fold(state: TitleProcessor, event: Event) -> TitleProcessor:
 
     Raises:
         SequenceGapError: seq > last seq + 1.
+        SequenceConflictError: another event id at the last seq.
         ConversationMismatchError: the event belongs to another conversation.
+        TenantMismatchError: the event names another tenant than the conversation's first event.
     """
+    owner = state.tenant_id
     if event.seq == ANNOTATION_SEQ:
-        if event.conversation_id != state.conversation_id:
-            raise ConversationMismatchError(
-                f"event {event.id} (kind {event.kind}) belongs to conversation "
-                f"{event.conversation_id}, not {state.conversation_id}"
-            )
+        check_member(state.conversation_id, owner, event)
         if event.id in state.annotations:
             return state
         state = state._replace(annotations=state.annotations | {event.id})
-    elif is_next(state.conversation_id, state.last_seq, event):
-        state = state._replace(last_seq=event.seq)
+    elif is_next(state.conversation_id, state.last_seq, event, owner=owner, last_id=state.last_id):
+        state = state._replace(last_seq=event.seq, last_id=event.id)
     else:
         return state
+    if owner is None:
+        state = state._replace(tenant_id=event.tenant_id)
     match event.kind:
         case "message" if event.source == "user" and event.role == "user":
             return _first_user_message(state, event.content)
@@ -130,8 +135,8 @@ def title_prompt(state: TitleProcessor) -> str:
 
 
 def clean_llm_title(text: str) -> str:
-    """An LLM's answer made into a title: first line, quotes stripped, ≤ 60 chars."""
-    first_line = next((line for line in text.splitlines() if line.strip()), "")
+    """An LLM's answer made into a title: first line, quotes stripped, ≤ 60 chars, no NUL."""
+    first_line = next((line for line in clean_text(text).splitlines() if line.strip()), "")
     return shorten(first_line.strip().strip("\"'`“”"), TITLE_LIMIT)
 
 

@@ -23,8 +23,8 @@ from immutables import Map
 from pyrsistent import PVector, pvector
 
 from projections._condense import apply_condensation, condense
-from projections._sequence import ANNOTATION_SEQ, is_next
-from projections.errors import ConversationMismatchError, ProjectionError, UnknownEventError
+from projections._sequence import ANNOTATION_SEQ, check_member, is_next
+from projections.errors import ProjectionError, UnknownEventError
 from schemas.events import ActiveLeafChangedEvent, CondensationEvent, Event, ForkEvent
 
 _NO_EVENTS: Map[str, Event] = Map()
@@ -64,18 +64,25 @@ def initial(conversation_id: str) -> ViewState:
 
 
 def fold(state: ViewState, event: Event) -> ViewState:
-    """Fold one event; duplicates (known id, or seq ≤ last seq) return `state` unchanged.
+    """Fold one event; a redelivery (known id) returns `state` unchanged.
 
     Raises:
         SequenceGapError: seq > last seq + 1.
+        SequenceConflictError: seq ≤ last seq, but the id is not the one folded at that seq.
         ConversationMismatchError: the event belongs to another conversation.
+        TenantMismatchError: the event names another tenant than the conversation's first event.
         UnknownEventError: the parent or the new active leaf is not a node of this tree.
     """
-    if event.seq != state.last_seq + 1 or event.conversation_id != state.conversation_id:
+    owner = state.tenant_id
+    if (
+        event.seq != state.last_seq + 1
+        or event.conversation_id != state.conversation_id
+        or (owner is not None and event.tenant_id != owner)
+    ):
         if event.seq == ANNOTATION_SEQ:
-            _check_conversation(state, event)
+            check_member(state.conversation_id, owner, event)
             return state if event.id in state.events else _next(state, event)
-        if not is_next(state.conversation_id, state.last_seq, event):
+        if not is_next(state.conversation_id, state.last_seq, event, owner=owner, known=state.events):
             return state
     if event.id in state.events:
         return state
@@ -125,6 +132,7 @@ def fold_all(state: ViewState, events: Iterable[Event]) -> ViewState:
             and event.parent_id is not None
             and event.parent_id == leaf
             and event.conversation_id == state.conversation_id
+            and event.tenant_id == state.tenant_id
             and event.kind not in _OFF_TAIL_KINDS
             and event.id not in state.events
             and event.id not in run_ids
@@ -206,14 +214,6 @@ def branch_digest(last_seq: int, active_leaf: str | None, branch_ids: str, branc
     head = f"{last_seq}\n{active_leaf or ''}"
     text = f"{head}\n{branch_ids}" if branch_length else head
     return hashlib.sha256(text.encode()).hexdigest()
-
-
-def _check_conversation(state: ViewState, event: Event) -> None:
-    if event.conversation_id != state.conversation_id:
-        raise ConversationMismatchError(
-            f"event {event.id} (kind {event.kind}) belongs to conversation "
-            f"{event.conversation_id}, not {state.conversation_id}"
-        )
 
 
 def _require_node(state: ViewState, event_id: str, event: Event, field_name: str) -> None:

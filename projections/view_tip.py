@@ -49,7 +49,8 @@ def extend_tip(start: Tip, events: Sequence[Event]) -> Tip | None:
 
     None unless every event is either the next chain event parented on the active leaf (or
     the first root, when there is no leaf yet), not a switch, fork or condensation, or an
-    annotation (seq 0), all of this conversation: then the caller folds the full state.
+    annotation (seq 0), all of this conversation and of its tenant (the first event's): then the
+    caller folds the full state, which refuses what the log does not allow (`view.fold`).
     Precondition, which a tip cannot check in general: no event id is already in the view (ids
     are UUIDs from one writer). An id repeated within `events`, or equal to the active leaf's
     (a retried event given the next seq), is checked here.
@@ -58,6 +59,8 @@ def extend_tip(start: Tip, events: Sequence[Event]) -> Tip | None:
     seen: set[str] = set() if leaf is None else {leaf}
     for event in events:
         if event.conversation_id != conv or event.id in seen:
+            return None
+        if tenant is not None and event.tenant_id != tenant:
             return None
         seen.add(event.id)
         if event.seq == ANNOTATION_SEQ:

@@ -20,7 +20,9 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from consumers._apply import apply_batch
 from consumers._gc import batch_done, batch_loop
+from consumers._isolate import is_infrastructure, refused, rolled_back
 from consumers._pipeline import StorePipeline
+from consumers._rows import key_of
 from consumers.archive.container import RawRecord
 from consumers.archive.errors import StoreUrlError
 from consumers.archive.reader import ArchiveReader
@@ -237,7 +239,8 @@ def _decode(
         if rec.value is None:
             raise SchemaError("null value (a tombstone) where a record was expected")
         value = codec.decode(rec.value, expect=topic.value_types)
-    except SchemaError as exc:
+        key = key_of(rec.key, value.conversation_id)  # type: ignore[attr-defined]
+    except Exception as exc:  # noqa: BLE001 - as the live runner: any decoding error is the record's
         logger.warning("%s[%d]@%d: undecodable, skipped: %s", rec.topic, rec.partition, rec.offset, exc)
         result.undecodable += 1
         return None
@@ -246,19 +249,36 @@ def _decode(
         result.outside_window += 1
         return None
     data = rec.value if isinstance(codec, SingleObjectCodec) else None
-    return ConsumedRecord(
-        rec.topic, rec.partition, rec.offset, rec.timestamp_ms, rec.conversation_id, value, data
-    )
+    return ConsumedRecord(rec.topic, rec.partition, rec.offset, rec.timestamp_ms, key, value, data)
 
 
 def _apply(
     engine: Engine, projector: Projector, namespace: str, batch: list[ConsumedRecord], result: ReplayResult
 ) -> None:
-    with engine.begin() as conn:
-        # The live runner's transaction: refused records are left out (the runner dead-letters them).
-        applied, rejected = apply_batch(conn, [projector], namespace, Batch(batch), _ends(batch))
+    ends = _ends(batch)
+    while True:
+        try:
+            with engine.begin() as conn:
+                # The live runner's transaction: refused records are left out (it dead-letters them).
+                applied, rejected = apply_batch(conn, [projector], namespace, Batch(batch), ends)
+            break
+        except Exception as exc:
+            # As the live runner (`consumers._commit`): the records the store refuses are left out.
+            attempt = rolled_back(engine, [projector], namespace, ends)
+            culprits = [] if is_infrastructure(exc) else refused(batch, attempt)
+            if not culprits:
+                raise
+            for record, error in culprits:
+                logger.warning("%s[%d]@%d: the store refuses it, skipped: %s", *_where(record), error)
+            gone = {id(r) for r, _ in culprits}
+            batch = [r for r in batch if id(r) not in gone]
+            result.rejected += len(culprits)
     result.rejected += len(rejected)
     result.applied += applied
+
+
+def _where(record: ConsumedRecord) -> tuple[str, int, int]:
+    return record.topic, record.partition, record.offset
 
 
 def _ends(batch: list[ConsumedRecord]) -> dict[tuple[str, int], int]:

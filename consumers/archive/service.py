@@ -65,13 +65,15 @@ class ArchiveConsumer:
         self.settings = settings
         if target is None:
             target, prefix = open_target(settings)
-        self.sink = ArchiveSink(target, prefix, settings.archive)
+        self.health = Health(settings.ops.stall_after_s)
+        self.sink = ArchiveSink(
+            target, prefix, settings.archive, report=lambda problem: self.health.problem("archive", problem)
+        )
         by_suffix = {t.suffix: t for t in ALL_TOPICS}
         self.topics = [by_suffix[s].name(settings.namespace) for s in settings.archive.topics]
         self.objects_stored = 0
         self.records_archived = 0
         self.metrics = ArchiveMetrics()
-        self.health = Health(settings.ops.stall_after_s)
         self.assignment = AssignmentWatch(
             "archive", settings.ops.unassigned_after_s, self.metrics.registry, self.health.problem
         )

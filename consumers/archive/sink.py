@@ -18,6 +18,7 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 from consumers.archive import layout
 from consumers.archive.container import RawRecord, write_container
@@ -29,6 +30,7 @@ from infra.settings import ArchiveSettings
 logger = logging.getLogger(__name__)
 
 TopicPartition = tuple[str, int]
+T = TypeVar("T")
 
 
 @dataclass
@@ -64,12 +66,15 @@ class ArchiveSink:
         settings: ArchiveSettings,
         clock: Callable[[], float] = time.monotonic,
         put_deadline_s: float = 60.0,
+        report: Callable[[str | None], None] | None = None,
     ) -> None:
         self.target = target
         self.prefix = prefix
         self.settings = settings
         self.clock = clock
         self.put_deadline_s = put_deadline_s
+        self.report = report or (lambda _problem: None)
+        """Told why a put is being retried (shown on /healthz), and None once one succeeds."""
         self._batches: dict[TopicPartition, _Batch] = {}
         self._plans: dict[TopicPartition, dict[int, int]] = {}
 
@@ -145,23 +150,30 @@ class ArchiveSink:
     def _stored_from(self, tp: TopicPartition, offset: int) -> dict[int, int]:
         folder = layout.partition_prefix(self.prefix, *tp)
         after = layout.start_after(self.prefix, tp[0], tp[1], offset)
+        keys = self._retried(f"list of {folder}", lambda: list(self.target.list(folder, after)))
         plan = {}
-        for key in self.target.list(folder, after):
+        for key in keys:
             ref = layout.parse_object_key(self.prefix, tp[0], tp[1], key)
             if ref is not None:
                 plan[ref.start] = ref.end
         return plan
 
     def _put(self, key: str, data: bytes, metadata: dict[str, str]) -> None:
+        self._retried(f"put of {key}", lambda: self.target.put(key, data, metadata))
+
+    def _retried(self, what: str, call: Callable[[], T]) -> T:
+        """`call()`, retried with backoff for `put_deadline_s` while the target fails (on /healthz)."""
         deadline = self.clock() + self.put_deadline_s
         delay = 0.2
         while True:
             try:
-                self.target.put(key, data, metadata)
-                return
+                result = call()
+                self.report(None)
+                return result
             except ArchiveError as exc:
                 if self.clock() + delay > deadline:
                     raise
-                logger.warning("archive put %s failed, retrying in %.1fs: %s", key, delay, exc)
+                self.report(f"{what} failing, retried for up to {self.put_deadline_s:.0f}s: {exc}")
+                logger.warning("archive %s failed, retrying in %.1fs: %s", what, delay, exc)
                 time.sleep(delay)
                 delay = min(delay * 2, 5.0)

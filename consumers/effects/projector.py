@@ -2,7 +2,9 @@
 
 Reads the effects ledger, the events (intent of each action, observations, the run's status
 and the agent's answers) and provider receipts. A repeated ledger record (the at-least-once
-reconciler, a redelivery) is dropped by id, both by the fold and by the ledger table's key.
+reconciler, a redelivery) is dropped by id, both by the fold and by the ledger table's key. An
+event is first folded into its conversation's chain (`consumers._chains`): one of another tenant,
+after a gap or at a seq taken by another event is refused, as by every other projection.
 """
 
 from __future__ import annotations
@@ -12,12 +14,12 @@ from typing import Any
 
 from sqlalchemy.engine import Connection
 
+from consumers._chains import Chains
 from consumers._rows import micros
-from consumers.base import ConsumedRecord, DigestOf, Rejection, TableProjector, load_rows
-from consumers.effects.tables import ledger, metadata, operations, runs
+from consumers.base import Batch, ConsumedRecord, DigestOf, Rejection, TableProjector, load_rows
+from consumers.effects.tables import chains, ledger, metadata, operations, runs
 from consumers.store import insert_ignore, upsert
 from projections import effects
-from projections.errors import ProjectionError
 from schemas import ActionEvent, LedgerRecord, MessageEvent, StateUpdateEvent
 from schemas.topics import EFFECTS, EVENTS, RECEIPTS
 
@@ -27,34 +29,44 @@ class EffectsConsumer(TableProjector):
 
     name = "effects"
     topics = (EFFECTS, EVENTS, RECEIPTS)
+    version = 2
     metadata = metadata
     digest_of = (DigestOf(operations, ("state",), ("operation_id",)), DigestOf(runs))
 
     def apply(self, connection: Connection, batch: Sequence[ConsumedRecord]) -> Sequence[Rejection]:
         """Fold the batch into the touched operations and conversations; return refused records."""
+        batch = Batch.of(batch)
         op_ids = {i for r in batch if (i := effects.operation_id_of(r.value))}
         states = load_operations(connection, sorted(op_ids))
         run_rows = load_runs(connection, sorted({r.key for r in batch if _is_run_fact(r.value)}))
+        convs = Chains.load(connection, chains, list(batch.by_conversation()))
+        events = {id(r) for r in batch.events()}
         before = dict(states)
         rejected: list[Rejection] = []
         ledger_rows = []
         for record in batch:
             value = record.value
-            op_id = effects.operation_id_of(value)
-            if op_id is not None:
-                try:
+            try:
+                step = convs.step(value) if id(record) in events else None  # type: ignore[arg-type]
+                if step is None and id(record) in events:
+                    continue  # a redelivered event: folded already
+                op_id = effects.operation_id_of(value)
+                if op_id is not None:
                     states[op_id] = effects.fold(states.get(op_id) or effects.initial(op_id), value)
-                except ProjectionError as exc:
-                    rejected.append(Rejection(record, exc))
-                    continue  # refused: none of it is written, run facts included
-                if isinstance(value, LedgerRecord):
-                    ledger_rows.append(_ledger_row(record, value))
+            except Exception as exc:  # noqa: BLE001 - the pure fold's refusal, or its overflow on a value
+                rejected.append(Rejection(record, exc))
+                continue  # refused: none of it is written, run facts included
+            if step is not None:
+                convs.advance(step)
+            if isinstance(value, LedgerRecord):
+                ledger_rows.append(_ledger_row(record, value))
             if _is_run_fact(value):
                 _fold_run(run_rows, value)
         changed = [to_row(s) for op, s in states.items() if s is not before.get(op) and s.conversation_id]
         upsert(connection, operations, changed, ["operation_id"])
         insert_ignore(connection, ledger, ledger_rows, ["id"])
         upsert(connection, runs, list(run_rows.values()), ["conversation_id"])
+        convs.write(connection)
         return rejected
 
 

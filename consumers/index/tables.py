@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import sqlalchemy as sa
 
+from consumers._chains import chain_table
+
 metadata = sa.MetaData()
 
 events = sa.Table(
@@ -41,6 +43,9 @@ events = sa.Table(
     sa.Index("index_events_time", "tenant_id", "timestamp_us", "conversation_id", "seq", "event_id"),
 )
 """Every event, once, with the columns search filters on."""
+
+conversations = chain_table("index_conversations", metadata)
+"""Per conversation, its chain as the log decided it (`projections.chain`): what the index admits."""
 
 KEY = ("tenant_id", "conversation_id", "timestamp_us", "seq", "event_id")
 """The unique key: a re-delivered event is skipped on it."""

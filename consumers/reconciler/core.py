@@ -25,9 +25,8 @@ from infra.ops import Health
 from infra.settings import Settings
 from projections import effects
 from projections.effects import LookupResult, OperationState
-from projections.errors import ProjectionError
 from schemas import ActionEvent, Codec, LedgerRecord, ObservationEvent, Receipt
-from schemas.errors import SchemaError
+from schemas.errors import InvalidRecordError, SchemaError
 from schemas.records import LEDGER_TYPES
 
 logger = logging.getLogger(__name__)
@@ -70,6 +69,8 @@ class Reconciler:
     """operation_id -> trace context of its latest record: what the transitions continue (memory only)."""
     _in_flight: dict[str, float] = field(default_factory=dict)
     _lookup_failures: dict[str, int] = field(default_factory=dict)
+    _undecidable_ops: set[str] = field(default_factory=set)
+    _unsent_since: float = 0.0
 
     def __post_init__(self) -> None:
         self.health.stall_after_s = self.settings.ops.stall_after_s
@@ -99,6 +100,9 @@ class Reconciler:
             record = self.codec.decode(value)
         except SchemaError as exc:
             return await self._dead_letter(topic, partition, offset, key, value, exc)
+        except Exception as exc:  # noqa: BLE001 - whatever one record makes the decoder raise
+            error = InvalidRecordError(f"does not decode: {type(exc).__name__}: {exc}")
+            return await self._dead_letter(topic, partition, offset, key, value, error)
         if not isinstance(record, INPUT_TYPES):
             return None
         operation_id = effects.operation_id_of(record)
@@ -107,7 +111,7 @@ class Reconciler:
         state = self.load(operation_id)
         try:
             new = effects.fold(state or effects.initial(operation_id), record)
-        except ProjectionError as exc:  # an illegal transition, another tenant's record
+        except Exception as exc:  # noqa: BLE001 - an illegal transition, another tenant's record, a value
             return await self._dead_letter(topic, partition, offset, key, value, exc)
         if trace is not None:
             self._traces[operation_id] = trace
@@ -136,12 +140,19 @@ class Reconciler:
         now = now or datetime.now(UTC)
         sent = 0
         for state in self.open_operations():
-            resolver = self.resolvers.get(state.tool_name)
-            decision = effects.decide(state, now, self.policy, has_resolver=resolver is not None)
-            records = decision.emit
-            if decision.lookup and resolver is not None and self._due(state):
-                records = await self._lookup(resolver, state, now)
-            sent += await self._emit(records)
+            try:
+                sent += await self._decide(state, now)
+            except _SendError as exc:  # the broker: the next tick decides again
+                self._unsent_since = self._unsent_since or time.monotonic()
+                unsent = time.monotonic() - self._unsent_since
+                self.health.problem("publish", f"transitions not sent for {unsent:.0f}s: {exc}")
+                logger.warning("tick stopped, a transition was not sent: %s", exc)
+                break
+            except Exception as exc:  # noqa: BLE001 - one operation's data: the others go on
+                self._undecidable(state, exc)
+        else:
+            self._unsent_since = 0.0
+            self.health.problem("publish", None)
         self.metrics.observe_table(
             OperationState.model_validate_json(raw) for raw in list(self.table.values())
         )
@@ -149,6 +160,25 @@ class Reconciler:
         if sent:
             logger.info("tick sent %d transition(s); totals %s", sent, self.counters)
         return sent
+
+    async def _decide(self, state: OperationState, now: datetime) -> int:
+        """Decide one open operation and send what the machine asks for; records sent."""
+        resolver = self.resolvers.get(state.tool_name)
+        decision = effects.decide(state, now, self.policy, has_resolver=resolver is not None)
+        records = decision.emit
+        if decision.lookup and resolver is not None and self._due(state):
+            records = await self._lookup(resolver, state, now)
+        return await self._emit(records)
+
+    def _undecidable(self, state: OperationState, exc: Exception) -> None:
+        """An operation whose records the machine cannot decide on (logged once, counted)."""
+        self.metrics.undecidable.inc()
+        if state.operation_id not in self._undecidable_ops:
+            self._undecidable_ops.add(state.operation_id)
+            logger.error(
+                "operation %s cannot be decided, skipped on every tick: %s: %s",
+                state.operation_id[:200], type(exc).__name__, exc,
+            )  # fmt: skip
 
     def _due(self, state: OperationState) -> bool:
         # A lookup is pointless while an answer we already sent is on its way back to the table.
@@ -184,11 +214,13 @@ class Reconciler:
             if self._recently_sent(record.id):
                 continue
             parent = self._traces.get(record.operation_id)
+            value = self.codec.encode(record)
             with tracing.span(f"reconciler {record.kind}", parent=parent, attributes=_attributes(record)):
                 headers = tracing.inject(None)  # faust sends: the one writer outside infra.producer
-                await self.send(
-                    "effects", record.conversation_id.encode(), self.codec.encode(record), headers
-                )
+                try:
+                    await self.send("effects", record.conversation_id.encode(), value, headers)
+                except Exception as exc:
+                    raise _SendError(f"{record.kind} for {record.operation_id[:200]}: {exc}") from exc
             self._in_flight[record.id] = time.monotonic()
             self.counters.emitted += 1
             self.metrics.resolved.labels(record.kind).inc()
@@ -206,6 +238,10 @@ class Reconciler:
         )
         headers = error_headers("reconciler", topic, partition, offset, exc)
         await self.send("dlq", key or b"", value, headers)
+
+
+class _SendError(Exception):
+    """A transition was not sent (the broker): not the operation's fault, retried next tick."""
 
 
 def _attributes(record: LedgerRecord) -> dict[str, str]:

@@ -40,6 +40,12 @@ class ReconcilerMetrics:
         self.dead_letters = Counter(
             "convdb_reconciler_dlq", "Poison records sent to the DLQ", registry=self.registry
         )
+        self.undecidable = Counter(
+            "convdb_reconciler_undecidable",
+            "Ticks on which an open operation could not be decided (its records hold values the "
+            "machine cannot use; the log names it once)",
+            registry=self.registry,
+        )
         # Every series exists from the start (at 0), so a dashboard shows "none yet", not "no data".
         for record_type in LEDGER_TYPES:
             self.resolved.labels(record_type.model_fields["kind"].default)

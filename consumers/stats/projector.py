@@ -37,6 +37,7 @@ conversations = sa.Table(
     sa.Column("last_us", sa.BigInteger),
     sa.Column("duration_s", sa.Float, nullable=False),
     sa.Column("annotations", sa.Text, nullable=False, doc="JSON: ids of the seq-0 events counted."),
+    sa.Column("last_id", sa.String(200), doc="Id of the event at last_seq (tells a conflict)."),
     sa.Index("stats_conversations_tenant", "tenant_id", "last_us", "conversation_id"),
 )
 """One row per conversation: its statistics."""
@@ -59,6 +60,7 @@ class StatsConsumer(ConversationProjector[stats.ConversationStats]):
     """Projector `stats`: counts, tokens, cost, tool calls, errors, status and times per conversation."""
 
     name = "stats"
+    version = 2
     metadata = metadata
     table = conversations
     digest_of = (DigestOf(conversations),)
@@ -86,6 +88,7 @@ def to_row(state: stats.ConversationStats) -> dict[str, Any]:
         last_us=None if state.last_timestamp is None else micros(state.last_timestamp),
         duration_s=state.duration_s,
         annotations=json.dumps(sorted(state.annotations)),
+        last_id=state.last_id,
     )
     return row
 
@@ -102,6 +105,7 @@ def from_row(row: Mapping[str, Any]) -> stats.ConversationStats:
         first_timestamp=None if row["first_us"] is None else from_micros(row["first_us"]),
         last_timestamp=None if row["last_us"] is None else from_micros(row["last_us"]),
         annotations=frozenset(json.loads(row["annotations"])),
+        last_id=row["last_id"],
         **{name: row[name] for name in _NUMBERS},
     )
 

@@ -33,12 +33,13 @@ processors = sa.Table(
     sa.Column("tenant_id", sa.String(200), nullable=False),
     sa.Column("status", sa.String(20), nullable=False),
     sa.Column("attempts", sa.Integer, nullable=False),
-    sa.Column("title", sa.String(200)),
+    sa.Column("title", sa.Text, doc="Any length a TitleEvent holds (PostgreSQL enforces VARCHAR)."),
     sa.Column("origin", sa.String(20)),
     sa.Column("first_user_message", sa.Text),
     sa.Column("last_seq", sa.BigInteger, nullable=False),
     sa.Column("annotations", sa.Text, nullable=False, doc="JSON: ids of the TitleEvents folded."),
     sa.Column("partition", sa.Integer, nullable=False, doc="Events partition of the conversation."),
+    sa.Column("last_id", sa.String(200), doc="Id of the event at last_seq (tells a conflict)."),
 )
 """One title processor per conversation."""
 
@@ -49,6 +50,7 @@ class TitlesConsumer(ConversationProjector[titles.TitleProcessor]):
     """Projector `titles`: a title per conversation; LLM titles when `llm.title_model` is set."""
 
     name = "titles"
+    version = 2
     metadata = metadata
     table = processors
     digest_of = (DigestOf(processors, ("title", "origin", "status")),)
@@ -73,9 +75,8 @@ class TitlesConsumer(ConversationProjector[titles.TitleProcessor]):
                 self._pending.pop(change.conversation_id, None)
 
     def to_row(self, change: TitleChange) -> dict[str, Any]:
-        """The processor's row; the tenant is the stored one, else the first event's."""
-        tenant = change.stored["tenant_id"] if change.stored else change.records[0].value.tenant_id
-        return to_row(change.after, tenant, change.records[-1].partition)
+        """The processor's row (the tenant is the conversation's first event's)."""
+        return to_row(change.after, change.after.tenant_id or "", change.records[-1].partition)
 
     def from_row(self, row: Mapping[str, Any]) -> titles.TitleProcessor:
         """The processor a row holds."""
@@ -106,6 +107,7 @@ def to_row(state: titles.TitleProcessor, tenant_id: str, partition: int) -> dict
         "last_seq": state.last_seq,
         "annotations": json.dumps(sorted(state.annotations)),
         "partition": partition,
+        "last_id": state.last_id,
     }
 
 
@@ -120,6 +122,8 @@ def from_row(row: Mapping[str, Any]) -> titles.TitleProcessor:
         first_user_message=row["first_user_message"],
         last_seq=row["last_seq"],
         annotations=frozenset(json.loads(row["annotations"])),
+        tenant_id=row["tenant_id"] or None,
+        last_id=row["last_id"],
     )
 
 

@@ -14,6 +14,7 @@ from datetime import UTC, datetime
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
+from infra.errors import PublishError
 from infra.producer import DurableProducer
 from infra.settings import Settings
 from projections import titles
@@ -64,7 +65,7 @@ class TitleService:
 
         Returns the conversations whose call failed and that may be tried again.
         """
-        from consumers.titles.projector import load_states, processors
+        from consumers.titles.projector import load_states
 
         with engine.connect() as conn:
             states = load_states(conn, conversation_ids)
@@ -74,25 +75,38 @@ class TitleService:
             if not titles.wants_llm_title(state, True):
                 continue
             try:
-                self.calls += 1
-                text = titles.clean_llm_title(self.complete(self.model, titles.title_prompt(state)))
-            except Exception as exc:  # noqa: BLE001 - any LLM failure is an attempt, counted in the row
-                logger.warning("title LLM call failed for %s: %s", conv, exc)
-                state = titles.record_failed_attempt(state)
-                with engine.begin() as conn:
-                    conn.execute(
-                        sa.update(processors)
-                        .where(processors.c.conversation_id == conv)
-                        .values(attempts=state.attempts)
-                    )
-                if titles.gives_up(state):
-                    self._publish(conv, tenant, state.title or "", "first_message")
-                else:
+                if self._make_title(engine, conv, tenant, state):
                     retry.append(conv)
-                continue
-            if text:
-                self._publish(conv, tenant, text, "llm")
+            except PublishError as exc:  # the broker: the next round publishes it
+                logger.warning("title for %s not published, tried again: %s", conv, exc)
+                retry.append(conv)
+            except Exception as exc:  # noqa: BLE001 - one conversation's title, not the consumer
+                logger.error("title for %s not made: %s: %s", conv, type(exc).__name__, exc)
         return retry
+
+    def _make_title(self, engine: Engine, conv: str, tenant: str, state: titles.TitleProcessor) -> bool:
+        """Call the LLM for one title and publish it (or give up); True to try again later."""
+        from consumers.titles.projector import processors
+
+        try:
+            self.calls += 1
+            text = titles.clean_llm_title(self.complete(self.model, titles.title_prompt(state)))
+        except Exception as exc:  # noqa: BLE001 - any LLM failure is an attempt, counted in the row
+            logger.warning("title LLM call failed for %s: %s", conv, exc)
+            state = titles.record_failed_attempt(state)
+            with engine.begin() as conn:
+                conn.execute(
+                    sa.update(processors)
+                    .where(processors.c.conversation_id == conv)
+                    .values(attempts=state.attempts)
+                )
+            if not titles.gives_up(state):
+                return True
+            self._publish(conv, tenant, state.title or "", "first_message")
+            return False
+        if text:
+            self._publish(conv, tenant, text, "llm")
+        return False
 
     def _publish(self, conv: str, tenant: str, title: str, origin: TitleOrigin) -> None:
         event = TitleEvent(
