@@ -77,11 +77,11 @@ def start_broker(stack: ExitStack, workdir: Path, kind: str = "embedded") -> tup
     if external:
         return external, False
     if kind == "apache":
-        from infra.apache import THROUGHPUT_JVM_OPTS, ApacheKafka
+        from convdb.infra.dev.apache import THROUGHPUT_JVM_OPTS, ApacheKafka
 
         kafka = ApacheKafka(workdir / "kafka", size=1, jvm_opts=THROUGHPUT_JVM_OPTS)
         return stack.enter_context(kafka).bootstrap_servers, False
-    from infra.broker import EmbeddedBroker
+    from convdb.infra.dev.broker import EmbeddedBroker
 
     broker = stack.enter_context(EmbeddedBroker(workdir / "tansu.log"))
     return broker.bootstrap_servers, True
@@ -91,7 +91,7 @@ def measure(
     kind: str, names: tuple[str, ...], size: str, repeats: int, workdir: Path
 ) -> tuple[Figures, dict[str, Any], list[str]]:
     """Run benchmarks on a fresh broker of this kind (stopped afterwards)."""
-    from infra.settings import Settings
+    from convdb.infra.settings import Settings
 
     with ExitStack() as stack:
         bootstrap, embedded = start_broker(stack, workdir / kind, kind)

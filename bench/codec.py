@@ -14,9 +14,9 @@ from fastavro import schemaless_reader, schemaless_writer
 from pydantic import TypeAdapter
 
 from bench.common import BenchContext, BenchError, Figures, conversation, median, rate
-from schemas import Event, SingleObjectCodec
-from schemas.catalog import shipped_catalog
-from schemas.validation import record_problem
+from convdb.schemas import Event, SingleObjectCodec
+from convdb.schemas.catalog import shipped_catalog
+from convdb.schemas.validation import record_problem
 
 FIGURES = {
     "codec_encode_per_s": ("encode: convdb codec (model -> bytes)", "records/s", ""),

@@ -10,10 +10,10 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-from infra.kafka import apply_topics, make_admin
-from infra.settings import Settings
-from schemas import ActionEvent, EventEnvelope, MessageEvent, ObservationEvent
-from schemas.topics import ALL_TOPICS, Topic
+from convdb.infra.kafka import apply_topics, make_admin
+from convdb.infra.settings import Settings
+from convdb.schemas import ActionEvent, EventEnvelope, MessageEvent, ObservationEvent
+from convdb.schemas.topics import ALL_TOPICS, Topic
 
 Figures = dict[str, float]
 """What a benchmark returns: figure key -> value (units are in the key's description)."""

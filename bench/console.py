@@ -18,15 +18,15 @@ from datetime import timedelta
 from fastapi.testclient import TestClient
 
 from bench.common import BASE_TIME, CONTENT_1K, BenchContext, BenchError, Figures, median
-from consumers.api import create_app
-from consumers.base import ConsumedRecord
-from consumers.effects import EffectsConsumer
-from consumers.index import IndexConsumer
-from consumers.stats import StatsConsumer
-from consumers.store import open_engine
-from consumers.titles import TitlesConsumer
-from consumers.views import ViewsConsumer
-from schemas import (
+from convdb.consumers.api import create_app
+from convdb.consumers.base import ConsumedRecord
+from convdb.consumers.effects import EffectsConsumer
+from convdb.consumers.index import IndexConsumer
+from convdb.consumers.stats import StatsConsumer
+from convdb.consumers.store import open_engine
+from convdb.consumers.titles import TitlesConsumer
+from convdb.consumers.views import ViewsConsumer
+from convdb.schemas import (
     ActionEvent,
     AvroModel,
     EffectConfirmed,

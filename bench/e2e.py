@@ -19,10 +19,10 @@ from pathlib import Path
 from typing import Any
 
 from bench.common import BenchContext, BenchError, Figures, conversation, drop_namespace, median
-from infra.procs import spawn, stop_group, tail
-from infra.settings import Settings
-from producers.publisher import EventPublisher
-from schemas import EventEnvelope, make_codec
+from convdb.infra.procs import spawn, stop_group, tail
+from convdb.infra.settings import Settings
+from convdb.producers.publisher import EventPublisher
+from convdb.schemas import EventEnvelope, make_codec
 
 API_KEY = "bench-key"
 TENANT = "bench"
@@ -59,7 +59,7 @@ def run(ctx: BenchContext) -> Figures:
     )
     settings.data_dir.mkdir(parents=True, exist_ok=True)
     log = settings.data_dir / "consume.log"
-    consumer = spawn([sys.executable, "-m", "infra.cli.main", "consume", "all"], log, settings.to_env())
+    consumer = spawn([sys.executable, "-m", "convdb", "consume", "all"], log, settings.to_env())
     probe: Probe | None = None
     try:
         probe = Probe(settings)
@@ -118,7 +118,7 @@ class Probe:
     def __init__(self, settings: Settings) -> None:
         from fastapi.testclient import TestClient
 
-        from consumers.api.app import create_app
+        from convdb.consumers.api.app import create_app
 
         self.client = TestClient(create_app(settings))
         self.client.__enter__()

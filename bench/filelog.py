@@ -13,7 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
-from schemas import EventEnvelope
+from convdb.schemas import EventEnvelope
 
 T = TypeVar("T")
 

@@ -20,11 +20,11 @@ from datetime import datetime, timedelta
 from confluent_kafka import Consumer, TopicPartition
 
 from bench.common import BenchContext, BenchError, Figures, drop_namespace, median
-from infra.kafka import common_config
-from infra.procs import free_port, spawn, stop_group, wait_for_port
-from infra.reader import partition_extents
-from infra.settings import Settings
-from schemas.topics import INBOX
+from convdb.infra.kafka import common_config
+from convdb.infra.procs import free_port, spawn, stop_group, wait_for_port
+from convdb.infra.reader import partition_extents
+from convdb.infra.settings import Settings
+from convdb.schemas.topics import INBOX
 
 API_KEY = "bench-key"
 BATCH = 5
@@ -180,7 +180,9 @@ def _append_backlog(settings: Settings) -> float:
     ends = {p: high for p, (_, high) in partition_extents(settings, topic).items()}
     log = settings.data_dir / "runner.log"
     env = direct_scripted(settings).to_env()
-    runner = spawn([sys.executable, "-m", "producers.fleet", "--workspace", str(settings.data_dir)], log, env)
+    runner = spawn(
+        [sys.executable, "-m", "convdb", "runner", "--workspace", str(settings.data_dir)], log, env
+    )
     consumer = Consumer({**common_config(settings), "group.id": settings.group("runner")})
     try:
         deadline = time.monotonic() + 60
@@ -220,9 +222,7 @@ def run(ctx: BenchContext) -> Figures:
     )
     settings.data_dir.mkdir(parents=True, exist_ok=True)
     port, log = free_port(), settings.data_dir / "serve.log"
-    server = spawn(
-        [sys.executable, "-m", "infra.cli.main", "serve", "--port", str(port)], log, settings.to_env()
-    )
+    server = spawn([sys.executable, "-m", "convdb", "serve", "--port", str(port)], log, settings.to_env())
     runs: dict[str, list[float]] = {k: [] for k in FIGURES}
     try:
         wait_for_port(server, port, 60, "convdb serve", log)

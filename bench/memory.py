@@ -19,10 +19,10 @@ from typing import Any
 import httpx
 
 from bench.common import BenchContext, BenchError, Figures, conversation, drop_namespace
-from consumers.bench import fill_topic
-from infra.procs import free_port, spawn, stop_group, tail
-from schemas import EventEnvelope
-from schemas.topics import ALL_TOPICS
+from bench.sinkrun import fill_topic
+from convdb.infra.procs import free_port, spawn, stop_group, tail
+from convdb.schemas import EventEnvelope
+from convdb.schemas.topics import ALL_TOPICS
 
 CONVERSATIONS = 1000
 MARKS = (0.1, 0.25, 0.5, 0.75, 1.0)
@@ -49,7 +49,7 @@ def run(ctx: BenchContext) -> Figures:
     try:
         fill_topic(settings, lazily_interleaved(count))
         port = free_port()
-        argv = [sys.executable, "-m", "infra.cli.main", "consume", "all", "--metrics-port", str(port)]
+        argv = [sys.executable, "-m", "convdb", "consume", "all", "--metrics-port", str(port)]
         child = spawn(argv, log, settings.to_env())
         rss = sample(child, port, log, count)
     finally:

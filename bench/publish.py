@@ -1,6 +1,6 @@
 """Publish: convdb `EventPublisher` vs raw confluent-kafka producing the same bytes (the ceiling).
 
-Both use `infra.kafka.producer_config` (idempotent, acks=all), one process, 1 KB events keyed
+Both use `convdb.infra.kafka.producer_config` (idempotent, acks=all), one process, 1 KB events keyed
 by conversation. convdb's time includes what it really does per event: seq check, Avro encode,
 a delivery record; the raw producer gets the already-encoded bytes and only counts errors.
 """
@@ -13,11 +13,11 @@ from typing import Any
 from confluent_kafka import Producer
 
 from bench.common import BenchContext, BenchError, Figures, drop_namespace, many_conversations, median, rate
-from infra.kafka import producer_config
-from infra.settings import Settings
-from producers.publisher import EventPublisher
-from schemas import EventEnvelope, SingleObjectCodec
-from schemas.topics import EVENTS
+from convdb.infra.kafka import producer_config
+from convdb.infra.settings import Settings
+from convdb.producers.publisher import EventPublisher
+from convdb.schemas import EventEnvelope, SingleObjectCodec
+from convdb.schemas.topics import EVENTS
 
 FIGURES = {
     "publish_events_per_s": ("publish 1 KB, idempotent: convdb EventPublisher", "events/s", ""),

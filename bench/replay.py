@@ -1,11 +1,11 @@
 """Replay: rebuild the read side (views + index + stats) of N events from Kafka and from the archive.
 
-The archive is filled by the real archive consumer (`consumers.archive.ArchiveConsumer`, a
+The archive is filled by the real archive consumer (`convdb.consumers.archive.ArchiveConsumer`, a
 `file://` target: the object layout and Avro container files of S3, without a server's cost).
-Each rebuild plans and runs `consumers.archive.replay` into a fresh SQLite store, with the three
+Each rebuild plans and runs `convdb.consumers.archive.replay` into a fresh SQLite store, with the three
 projectors hosted as one (one decode and one transaction per batch, as `convdb consume all`
 runs them), in one process and with the partitions spread over one worker process per core
-(`consumers.archive.parallel`, as `convdb replay --processes N`). Timed from the plan to the
+(`convdb.consumers.archive.parallel`, as `convdb replay --processes N`). Timed from the plan to the
 last commit (deferred indexes built, worker start included). All rebuilds of a run must agree
 digest for digest.
 """
@@ -24,18 +24,18 @@ import sqlalchemy as sa
 
 from bench.common import BenchContext, BenchError, Figures, drop_namespace, median
 from bench.sink import interleaved, present_projectors
-from consumers.archive import ArchiveConsumer
-from consumers.archive.parallel import replay_parallel
-from consumers.archive.reader import ArchiveReader
-from consumers.archive.replay import open_store, plan_replay, replay
-from consumers.archive.sources import Source, Window
-from consumers.archive.target import open_target
-from consumers.base import Batch, ConsumedRecord, Projector, Rejection
-from consumers.bench import fill_topic
-from consumers.plugins import load
-from infra.settings import Settings
-from schemas import make_codec
-from schemas.topics import EVENTS, Topic
+from bench.sinkrun import fill_topic
+from convdb.consumers.archive import ArchiveConsumer
+from convdb.consumers.archive.parallel import replay_parallel
+from convdb.consumers.archive.reader import ArchiveReader
+from convdb.consumers.archive.replay import open_store, plan_replay, replay
+from convdb.consumers.archive.sources import Source, Window
+from convdb.consumers.archive.target import open_target
+from convdb.consumers.base import Batch, ConsumedRecord, Projector, Rejection
+from convdb.consumers.plugins import load
+from convdb.infra.settings import Settings
+from convdb.schemas import make_codec
+from convdb.schemas.topics import EVENTS, Topic
 
 PROCESSES = max(2, os.cpu_count() or 2)
 """Worker processes of the parallel rebuild: one per core."""

@@ -162,6 +162,6 @@ def _section(text: str, size: str) -> str:
 
 
 def _kafka_version() -> str:
-    from infra.kafka_jars import KAFKA_VERSION
+    from convdb.infra.dev.kafka_jars import KAFKA_VERSION
 
     return KAFKA_VERSION

@@ -1,6 +1,6 @@
 """Resume: a long conversation taken over by a fleet runner, vs the file log.
 
-convdb: the fleet's snapshot restore (`producers.fleet`): a new `PartitionOwner` restores the
+convdb: the fleet's snapshot restore (`convdb.producers.fleet`): a new `PartitionOwner` restores the
 partition from its snapshots (local store, or the state topic on another machine) plus the
 events tail no snapshot covers, then rebuilds the conversation. It must equal the writer's.
 Baseline: the same events as one JSON file each, listed, loaded and validated (OpenHands' file
@@ -17,12 +17,12 @@ from pydantic import TypeAdapter
 
 from bench.common import BenchContext, BenchError, Figures, drop_namespace, median
 from bench.filelog import load_log, write_log
-from infra.partitioner import partition_for
-from producers.conversation import Conversation
-from producers.fleet.__main__ import build_context
-from producers.fleet.owner import FleetContext, PartitionOwner
-from producers.fleet.store import SnapshotStore
-from schemas import CondensationEvent, Event, MessageEvent
+from convdb.infra.partitioner import partition_for
+from convdb.producers.conversation import Conversation
+from convdb.producers.fleet.owner import FleetContext, PartitionOwner
+from convdb.producers.fleet.service import build_context
+from convdb.producers.fleet.store import SnapshotStore
+from convdb.schemas import CondensationEvent, Event, MessageEvent
 
 SNAPSHOT_EVERY = 100
 """K: a snapshot after this many uncovered events (the fleet default)."""

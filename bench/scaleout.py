@@ -22,10 +22,10 @@ import httpx
 
 from bench.common import BenchContext, BenchError, Figures, drop_namespace, median
 from bench.sink import PG_DEFAULT, _pg_reachable, interleaved, pg_schema
-from consumers.bench import fill_topic
-from infra.procs import free_port, spawn, stop_group, tail
-from infra.settings import Settings
-from schemas.topics import ALL_TOPICS
+from bench.sinkrun import fill_topic
+from convdb.infra.procs import free_port, spawn, stop_group, tail
+from convdb.infra.settings import Settings
+from convdb.schemas.topics import ALL_TOPICS
 
 FIGURES = {
     "scaleout_2p_events_per_s": ("consume all: 2 processes, one group, 4 partitions, SQLite", "events/s", ""),
@@ -85,7 +85,7 @@ def _one(ctx: BenchContext, events: list[Any], processes: int, url_of: Any) -> f
 
 def _start(settings: Settings, log: Path) -> tuple[Any, Path, int]:
     port = free_port()
-    argv = [sys.executable, "-m", "infra.cli.main", "-v", "consume", "all", "--metrics-port", str(port)]
+    argv = [sys.executable, "-m", "convdb", "-v", "consume", "all", "--metrics-port", str(port)]
     return spawn(argv, log, settings.to_env()), log, port
 
 

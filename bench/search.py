@@ -1,7 +1,7 @@
 """Search: a page of 50 filtered events from a conversation of N events, convdb vs the file log.
 
 convdb: the index consumer's rows in the read-side store (SQLite, the embedded default),
-searched with keyset pagination (`consumers.index.search`). The rows are written by the index
+searched with keyset pagination (`convdb.consumers.index.search`). The rows are written by the index
 projector itself (`IndexConsumer.apply`), without Kafka in between: the search is what is timed.
 Baseline: `bench.filelog`, the same events as one JSON file each. Both must return the same page.
 """
@@ -14,12 +14,12 @@ from typing import Any
 
 from bench.common import BenchContext, BenchError, Figures, conversation, median
 from bench.filelog import search_log, write_log
-from consumers.base import ConsumedRecord
-from consumers.index import IndexConsumer
-from consumers.index.search import search
-from consumers.store import open_engine
-from projections.index import SearchQuery
-from schemas import EventEnvelope
+from convdb.consumers.base import ConsumedRecord
+from convdb.consumers.index import IndexConsumer
+from convdb.consumers.index.search import search
+from convdb.consumers.store import open_engine
+from convdb.projections.index import SearchQuery
+from convdb.schemas import EventEnvelope
 
 KINDS = ("observation",)
 PAGE = 50

@@ -83,7 +83,7 @@ def measure(redact: Redactor) -> dict[str, object]:
 
 
 def main() -> None:
-    from infra.secrets import redact_patterns
+    from convdb.infra.secrets import redact_patterns
 
     candidates: dict[str, Redactor | None] = {
         "convdb": redact_patterns,

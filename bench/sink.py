@@ -1,6 +1,6 @@
 """Sink: the read-side projectors in one exactly-once runner process, vs consume+decode (the ceiling).
 
-The runner (`consumers.runner.Runner`, via `consumers.bench.measure_sink`) decodes, folds and
+The runner (`convdb.consumers.runner.Runner`, via `bench.sinkrun.measure_sink`) decodes, folds and
 writes rows plus consumed offsets in one store transaction per batch. Its ceiling is the work
 every sink must do at least: consume each record with the runner's consumer settings AND
 decode it with the project's codec (batches of the runner's size, garbage collection paced as the
@@ -21,15 +21,15 @@ from urllib.parse import quote
 from confluent_kafka import OFFSET_BEGINNING, TopicPartition
 
 from bench.common import BenchContext, BenchError, Figures, conversation, drop_namespace, median, rate
-from consumers._gc import batch_done, batch_loop
-from consumers.base import Projector
-from consumers.bench import fill_topic, measure_sink
-from consumers.errors import PluginError
-from consumers.plugins import load
-from infra.kafka import make_consumer
-from infra.settings import Settings
-from schemas import Codec, EventEnvelope, make_codec
-from schemas.topics import DLQ, EVENTS
+from bench.sinkrun import fill_topic, measure_sink
+from convdb.consumers._gc import batch_done, batch_loop
+from convdb.consumers.base import Projector
+from convdb.consumers.errors import PluginError
+from convdb.consumers.plugins import load
+from convdb.infra.kafka import make_consumer
+from convdb.infra.settings import Settings
+from convdb.schemas import Codec, EventEnvelope, make_codec
+from convdb.schemas.topics import DLQ, EVENTS
 
 WANTED = ("views", "index", "stats")
 PG_DEFAULT = "postgresql://postgres@127.0.0.1:5432/test"

@@ -1,6 +1,6 @@
 """Step overhead: an agent step with an instant scripted model and an instant tool.
 
-The real runtime (`producers.runtime.Runtime`, `Conversation.run`, here over an idempotent
+The real runtime (`convdb.producers.runtime.Runtime`, `Conversation.run`, here over an idempotent
 `DurableSink`; a fleet runner writes through its partition's transactional sink instead) runs
 one conversation whose scripted plan calls an instant tool N times, then answers. The
 runtime's own counters (`RunStats`) give each step's time minus LLM and tool time; within that,
@@ -16,17 +16,17 @@ import uuid
 from typing import Any, ClassVar
 
 from bench.common import BenchContext, BenchError, Figures, drop_namespace, median
-from infra.settings import Settings
-from producers.agent import Agent
-from producers.conversation import Conversation
-from producers.llm import DirectScriptedClient
-from producers.publisher import EventPublisher
-from producers.runtime import Runtime
-from producers.sink import DurableSink
-from producers.tools.base import Operation, Tool, ToolArgs, ToolResult
-from schemas import make_codec
-from schemas._types import EffectClass
-from schemas.topics import ALL_TOPICS
+from convdb.infra.settings import Settings
+from convdb.producers.agent import Agent
+from convdb.producers.conversation import Conversation
+from convdb.producers.llm import DirectScriptedClient
+from convdb.producers.publisher import EventPublisher
+from convdb.producers.runtime import Runtime
+from convdb.producers.sink import DurableSink
+from convdb.producers.tools.base import Operation, Tool, ToolArgs, ToolResult
+from convdb.schemas import make_codec
+from convdb.schemas._types import EffectClass
+from convdb.schemas.topics import ALL_TOPICS
 
 FIGURES = {
     "step_overhead_ms": ("agent step overhead (read-only instant tool), excl. LLM + tool", "ms/step", "<= 2"),

@@ -13,8 +13,8 @@ from collections.abc import Mapping, Sequence
 
 from sqlalchemy.engine import Connection
 
-from consumers.base import Batch, ConsumedRecord, Projector, Rejection
-from consumers.store import TopicPartitionKey, lock_offsets, store_offsets
+from convdb.consumers.base import Batch, ConsumedRecord, Projector, Rejection
+from convdb.consumers.store import TopicPartitionKey, lock_offsets, store_offsets
 
 
 def apply_batch(

@@ -6,9 +6,9 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import overload
 
-from consumers._rows import payload_of
-from schemas import AvroModel, EventEnvelope
-from schemas.events import EVENT_TYPES
+from convdb.consumers._rows import payload_of
+from convdb.schemas import AvroModel, EventEnvelope
+from convdb.schemas.events import EVENT_TYPES
 
 _EVENT_CLASSES = frozenset(EVENT_TYPES)
 
@@ -51,9 +51,7 @@ class Batch(Sequence[ConsumedRecord]):
 
     __slots__ = ("records", "_events", "_groups", "_payloads")
 
-    def __init__(
-        self, records: Sequence[ConsumedRecord], _payloads: dict[int, bytes] | None = None
-    ) -> None:
+    def __init__(self, records: Sequence[ConsumedRecord], _payloads: dict[int, bytes] | None = None) -> None:
         self.records = records
         self._events: Batch | bool | None = None
         """The events-only batch; True when that is this batch (a reference to itself would make

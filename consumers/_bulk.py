@@ -1,7 +1,7 @@
 """Bulk writes of positional rows, straight to the driver: the sink's hot path.
 
 SQLite gets multi-row INSERT statements; PostgreSQL gets COPY, several times faster than
-`executemany` there. Re-exported by `consumers.store`.
+`executemany` there. Re-exported by `convdb.consumers.store`.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Per-conversation chains (`projections.chain`) in a store table: for the projectors whose own
+"""Per-conversation chains (`convdb.projections.chain`) in a store table: for the projectors whose own
 rows are not a conversation's (index, effects), so that they admit what the other projections do.
 """
 
@@ -10,10 +10,10 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
-from consumers.base import load_rows
-from consumers.store import upsert
-from projections import chain
-from schemas.events import Event
+from convdb.consumers.base import load_rows
+from convdb.consumers.store import upsert
+from convdb.projections import chain
+from convdb.schemas.events import Event
 
 
 def chain_table(name: str, metadata: sa.MetaData) -> sa.Table:
@@ -50,7 +50,7 @@ class Chains:
         """The chain after `event` (not recorded: `advance` does), None for a redelivery.
 
         Raises:
-            ProjectionError: the chain refuses the event (`projections.chain.fold`).
+            ProjectionError: the chain refuses the event (`convdb.projections.chain.fold`).
         """
         return chain.fold(self.get(event.conversation_id), event, known)
 

@@ -2,7 +2,7 @@
 refuses are dead-lettered, the rest is applied, and only the infrastructure's errors are retried.
 
 Every exception from folding or storing one record is that record's: the record is found
-(`consumers._isolate`), dead-lettered with the error, and the batch applied without it. An
+(`convdb.consumers._isolate`), dead-lettered with the error, and the batch applied without it. An
 error of the store itself (connection refused, database locked, disk) or of the DLQ's broker is
 retried with backoff, shown on `/healthz` meanwhile (`ConsumerMetrics.retrying`), and raised as
 `StoreError` after `retry_s`: the process ends, visibly, instead of skipping records.
@@ -18,14 +18,14 @@ from dataclasses import dataclass, field
 from confluent_kafka import Message
 from sqlalchemy.engine import Engine
 
-from consumers._apply import apply_batch
-from consumers._isolate import is_infrastructure, refused, rolled_back
-from consumers.base import Batch, ConsumedRecord, Projector
-from consumers.dlq import DeadLetters
-from consumers.errors import StoreError
-from consumers.metrics import ConsumerMetrics
-from infra.errors import PublishError
-from schemas.errors import InvalidRecordError
+from convdb.consumers._apply import apply_batch
+from convdb.consumers._isolate import is_infrastructure, refused, rolled_back
+from convdb.consumers.base import Batch, ConsumedRecord, Projector
+from convdb.consumers.dlq import DeadLetters
+from convdb.consumers.errors import StoreError
+from convdb.consumers.metrics import ConsumerMetrics
+from convdb.infra.errors import PublishError
+from convdb.schemas.errors import InvalidRecordError
 
 logger = logging.getLogger(__name__)
 

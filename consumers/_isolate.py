@@ -16,9 +16,9 @@ from typing import TypeVar
 from sqlalchemy import exc as sa_exc
 from sqlalchemy.engine import Engine
 
-from consumers._apply import apply_batch
-from consumers.base import Batch, ConsumedRecord, Projector
-from infra.errors import PublishError
+from convdb.consumers._apply import apply_batch
+from convdb.consumers.base import Batch, ConsumedRecord, Projector
+from convdb.infra.errors import PublishError
 
 T = TypeVar("T")
 

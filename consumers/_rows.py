@@ -10,8 +10,8 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
-from schemas import AvroModel, SingleObjectCodec
-from schemas.errors import InvalidRecordError
+from convdb.schemas import AvroModel, SingleObjectCodec
+from convdb.schemas.errors import InvalidRecordError
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _CODEC = SingleObjectCodec()

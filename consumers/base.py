@@ -22,10 +22,10 @@ from typing import Any, ClassVar, Generic, Protocol, TypeVar
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
 
-from consumers._batch import Batch, ConsumedRecord, Rejection
-from consumers.store import upsert
-from infra.settings import Settings
-from schemas.topics import EVENTS, Topic
+from convdb.consumers._batch import Batch, ConsumedRecord, Rejection
+from convdb.consumers.store import upsert
+from convdb.infra.settings import Settings
+from convdb.schemas.topics import EVENTS, Topic
 
 __all__ = [
     "Batch",

@@ -3,7 +3,7 @@
 A record is dead-lettered *before* the batch's store transaction commits its offset, and the
 runner waits until the DLQ write is durable: a crash in between re-sends it (at-least-once
 into the DLQ; the `convdb.original.*` headers identify duplicates), and nothing is lost.
-The headers are the one contract of `infra.dlq`.
+The headers are the one contract of `convdb.infra.dlq`.
 
 A record the DLQ cannot take as it is (the copy, headers added, is over the producer's or the
 broker's size limit) is dead-lettered without its value, with a header saying so: the original
@@ -17,11 +17,11 @@ import logging
 
 from confluent_kafka import KafkaError, KafkaException, Message
 
-from infra.dlq import error_headers
-from infra.errors import PublishError
-from infra.producer import Delivery, DurableProducer
-from infra.settings import Settings
-from schemas.topics import DLQ
+from convdb.infra.dlq import error_headers
+from convdb.infra.errors import PublishError
+from convdb.infra.producer import Delivery, DurableProducer
+from convdb.infra.settings import Settings
+from convdb.schemas.topics import DLQ
 
 logger = logging.getLogger(__name__)
 

@@ -12,9 +12,9 @@ import time
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
-from infra.liveness import PROBLEM as UNASSIGNED
-from infra.liveness import AssignmentWatch
-from infra.ops import OpsServer, Report
+from convdb.infra.liveness import PROBLEM as UNASSIGNED
+from convdb.infra.liveness import AssignmentWatch
+from convdb.infra.ops import OpsServer, Report
 
 logger = logging.getLogger(__name__)
 
@@ -136,7 +136,7 @@ class ConsumerMetrics:
 
 
 class MetricsServer(OpsServer):
-    """`/metrics` and `/healthz` of one runner (`infra.ops.OpsServer` over its registry)."""
+    """`/metrics` and `/healthz` of one runner (`convdb.infra.ops.OpsServer` over its registry)."""
 
     def __init__(self, metrics: ConsumerMetrics, host: str = "127.0.0.1", port: int = 0) -> None:
         super().__init__(metrics.registry, metrics.report, host, port)

@@ -1,7 +1,7 @@
 """Consumer plugins, found through the `convdb.consumers` entry-point group.
 
 A third party adds a consumer without touching convdb: write a class with the `Projector`
-shape (`consumers.base`: `name`, `topics`, `version`, `create`, `drop`, `apply`, `digests`,
+shape (`convdb.consumers.base`: `name`, `topics`, `version`, `create`, `drop`, `apply`, `digests`,
 `after_commit`), or subclass `ConversationProjector` (declare a table, a fold and the row
 mapping), whose constructor takes the `Settings`, and register it in its own package's
 pyproject:
@@ -19,9 +19,9 @@ from __future__ import annotations
 import logging
 from importlib.metadata import EntryPoint, entry_points
 
-from consumers.base import Projector
-from consumers.errors import PluginError
-from infra.settings import Settings
+from convdb.consumers.base import Projector
+from convdb.consumers.errors import PluginError
+from convdb.infra.settings import Settings
 
 logger = logging.getLogger(__name__)
 

@@ -4,7 +4,7 @@ Loop: `consume()` a batch, decode every record once (poison -> DLQ), then in one
 transaction lock the batch's offset rows, hand each projector the records at or after its
 stored offset, send the records a projector refused to the DLQ, write the new offsets, wait
 until the DLQ writes are durable, and commit. The store side runs in a thread of its own
-(`consumers._pipeline`), in batch order, while the next batch is consumed and decoded. On
+(`convdb.consumers._pipeline`), in batch order, while the next batch is consumed and decoded. On
 partition assignment (after the batch in flight has committed) the runner seeks to the
 stored offsets (the store is the source of truth; Kafka commits are only a courtesy for lag
 tools). A crash anywhere therefore either
@@ -28,22 +28,22 @@ from dataclasses import dataclass
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Message, TopicPartition
 from sqlalchemy.engine import Engine
 
-from consumers._commit import BatchWriter
-from consumers._gc import batch_done, batch_loop
-from consumers._pipeline import StorePipeline
-from consumers._rows import key_of
-from consumers.base import ConsumedRecord, Projector
-from consumers.dlq import DeadLetters
-from consumers.errors import ConsumerError
-from consumers.metrics import ConsumerMetrics
-from consumers.store import ensure_projections, open_engine
-from consumers.store import stored_offsets as read_stored_offsets
-from infra import tracing
-from infra.kafka import make_consumer
-from infra.settings import Settings
-from schemas import Codec, SingleObjectCodec, make_codec
-from schemas.errors import InvalidRecordError, NotAvroError, SchemaError
-from schemas.topics import Topic
+from convdb.consumers._commit import BatchWriter
+from convdb.consumers._gc import batch_done, batch_loop
+from convdb.consumers._pipeline import StorePipeline
+from convdb.consumers._rows import key_of
+from convdb.consumers.base import ConsumedRecord, Projector
+from convdb.consumers.dlq import DeadLetters
+from convdb.consumers.errors import ConsumerError
+from convdb.consumers.metrics import ConsumerMetrics
+from convdb.consumers.store import ensure_projections, open_engine
+from convdb.consumers.store import stored_offsets as read_stored_offsets
+from convdb.infra import tracing
+from convdb.infra.kafka import make_consumer
+from convdb.infra.settings import Settings
+from convdb.schemas import Codec, SingleObjectCodec, make_codec
+from convdb.schemas.errors import InvalidRecordError, NotAvroError, SchemaError
+from convdb.schemas.topics import Topic
 
 logger = logging.getLogger(__name__)
 

@@ -24,15 +24,15 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import ArgumentError, SQLAlchemyError
 
-from consumers._bulk import (
+from convdb.consumers._bulk import (
     bulk_insert,  # noqa: F401 - re-exported: part of the store API
     plain_columns,
     sqlite_upsert,
 )
-from consumers.errors import StoreError
+from convdb.consumers.errors import StoreError
 
 if TYPE_CHECKING:
-    from consumers.base import Projector
+    from convdb.consumers.base import Projector
 
 logger = logging.getLogger(__name__)
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from infra.settings import Settings
+from convdb.infra.settings import Settings
 
 
 @dataclass(frozen=True)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from schemas.errors import ConvdbError
+from convdb.schemas.errors import ConvdbError
 
 
 class InfraError(ConvdbError):

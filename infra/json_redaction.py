@@ -11,7 +11,7 @@ import json
 from collections.abc import Callable
 from typing import Any
 
-from infra.secrets import SecretsRegistry
+from convdb.infra.secrets import SecretsRegistry
 
 
 def redact_json(secrets: SecretsRegistry, text: str) -> str:
@@ -29,7 +29,7 @@ def redact_json(secrets: SecretsRegistry, text: str) -> str:
 
 def _strings(value: Any, redact: Callable[[str], str]) -> Any:
     """`value` with every string in it (object keys included) redacted. Recursive: the payloads
-    it is given passed the nesting bound of `schemas.validation.json_problem` first."""
+    it is given passed the nesting bound of `convdb.schemas.validation.json_problem` first."""
     if isinstance(value, str):
         return redact(value)
     if isinstance(value, list):

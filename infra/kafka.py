@@ -9,9 +9,9 @@ from typing import Any
 from confluent_kafka import Consumer, KafkaException, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from infra.errors import NoBrokerError, TopicError
-from infra.settings import Settings
-from schemas.topics import ALL_TOPICS, Topic
+from convdb.infra.errors import NoBrokerError, TopicError
+from convdb.infra.settings import Settings
+from convdb.schemas.topics import ALL_TOPICS, Topic
 
 logger = logging.getLogger(__name__)
 

@@ -18,8 +18,8 @@ from typing import Any
 
 from opentelemetry import trace
 
-from infra.secrets import redact_patterns
-from infra.settings import OpsSettings
+from convdb.infra.secrets import redact_patterns
+from convdb.infra.settings import OpsSettings
 
 CONTEXT_FIELDS = ("conversation_id", "tenant_id")
 _context: ContextVar[dict[str, str]] = ContextVar("convdb_log_context", default={})  # noqa: B039 - never mutated

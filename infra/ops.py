@@ -17,7 +17,7 @@ from typing import Any
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
-from infra.settings import OpsSettings
+from convdb.infra.settings import OpsSettings
 
 logger = logging.getLogger(__name__)
 

@@ -17,7 +17,7 @@ from collections.abc import Callable
 from pathlib import Path
 from types import FrameType
 
-from infra.errors import InfraError
+from convdb.infra.errors import InfraError
 
 logger = logging.getLogger(__name__)
 

@@ -4,7 +4,7 @@
 an idempotent acks=all producer whose failures raise `PublishError` naming topic, partition
 and key, from the wait or past its deadline. `TransactionalProducer` adds all-or-nothing
 groups under one `transactional.id`, and `transaction_error` tells a fenced writer from a
-failed commit. Every record gets the current W3C trace context in its headers (`infra.tracing`).
+failed commit. Every record gets the current W3C trace context in its headers (`convdb.infra.tracing`).
 """
 
 from __future__ import annotations
@@ -18,10 +18,10 @@ from typing import Any
 from confluent_kafka import KafkaError, KafkaException, Message, Producer, TopicPartition
 from opentelemetry.trace import SpanKind
 
-from infra import tracing
-from infra.errors import FencedError, PublishError
-from infra.kafka import producer_config
-from infra.settings import Settings
+from convdb.infra import tracing
+from convdb.infra.errors import FencedError, PublishError
+from convdb.infra.kafka import producer_config
+from convdb.infra.settings import Settings
 
 logger = logging.getLogger(__name__)
 

@@ -16,9 +16,9 @@ from typing import Any
 
 from confluent_kafka import OFFSET_BEGINNING, OFFSET_END, Consumer, KafkaError, Message, TopicPartition
 
-from infra.errors import InfraError
-from infra.kafka import common_config, fetch_wait_ms
-from infra.settings import Settings
+from convdb.infra.errors import InfraError
+from convdb.infra.kafka import common_config, fetch_wait_ms
+from convdb.infra.settings import Settings
 
 Partition = tuple[str, int]
 """(topic, partition)."""

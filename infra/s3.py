@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from infra.settings import S3Settings
+from convdb.infra.settings import S3Settings
 
 
 def make_s3_client(

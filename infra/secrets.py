@@ -3,7 +3,7 @@
 Two kinds (DESIGN §6, §11):
 - registered values (`CONVDB_SECRETS`, `--secrets-file`): replaced by `<secret:NAME>`; a tool's
   arguments get them back (`reveal`) when it is called, so the agent can use a secret it never sees;
-- values that look like credentials (`infra.secret_patterns`: private keys, cloud and provider
+- values that look like credentials (`convdb.infra.secret_patterns`: private keys, cloud and provider
   API keys, tokens, URLs with a password, `password=...` assignments): replaced by
   `<secret:detected.KIND>`, for good (nothing can reveal them).
 
@@ -22,9 +22,9 @@ from typing import Any, TypeVar
 import re2  # type: ignore[import-untyped]
 from pydantic import BaseModel
 
-from infra.errors import InfraError
-from infra.secret_patterns import RULES, Rule, parts
-from schemas.validation import ID_FIELDS, OPERATION_FIELDS, clean_text
+from convdb.infra.errors import InfraError
+from convdb.infra.secret_patterns import RULES, Rule, parts
+from convdb.schemas.validation import ID_FIELDS, OPERATION_FIELDS, clean_text
 
 M = TypeVar("M", bound=BaseModel)
 

@@ -6,7 +6,7 @@ nothing is exported by default). Only when an exporter is configured does convdb
 otherwise every helper here is a no-op, so an untraced deployment pays nothing per record.
 
 Producers put the current context in each record's headers (`inject`, called by
-`infra.producer`); consumers continue it (`extract`, `record_spans`), so parent links hold
+`convdb.infra.producer`); consumers continue it (`extract`, `record_spans`), so parent links hold
 across Kafka.
 """
 

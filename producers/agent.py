@@ -7,12 +7,12 @@ from typing import Any, Literal, Protocol, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, SerializeAsAny
 
-from infra import tracing
-from producers.errors import ToolArgumentError
-from producers.llm import LLMClient, LLMReply, ToolCall
-from producers.scripted import SCRIPTED_MODEL
-from producers.tools.base import Tool, canonical_json, find_tool, intent_hash
-from schemas import (
+from convdb.infra import tracing
+from convdb.producers.errors import ToolArgumentError
+from convdb.producers.llm import LLMClient, LLMReply, ToolCall
+from convdb.producers.scripted import SCRIPTED_MODEL
+from convdb.producers.tools.base import Tool, canonical_json, find_tool, intent_hash
+from convdb.schemas import (
     ActionEvent,
     AgentErrorEvent,
     CondensationEvent,
@@ -21,7 +21,7 @@ from schemas import (
     LLMUsageEvent,
     MessageEvent,
 )
-from schemas._types import EffectClass, SecurityRisk
+from convdb.schemas._types import EffectClass, SecurityRisk
 
 E = TypeVar("E", bound=EventEnvelope)
 
@@ -126,7 +126,7 @@ class Agent(Frozen):
             return [
                 new.new(CondensationEvent, source="agent", forgotten_event_ids=forgotten, summary=summary)
             ]
-        from producers.messages import to_messages
+        from convdb.producers.messages import to_messages
 
         with tracing.span("llm.completion", attributes={"gen_ai.request.model": self.model}):
             reply = llm.complete(self.model, to_messages(view), [t.spec() for t in self.tools])

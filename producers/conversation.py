@@ -16,26 +16,26 @@ from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from typing import Any, Protocol, TypeVar
 
-from infra.settings import RuntimeSettings
-from producers import records as rec
-from producers._stats import RunStats
-from producers.agent import Agent
-from producers.crashpoints import NO_CRASH, CrashPoints
-from producers.effect_protocol import EffectProtocol, Outcome
-from producers.ledger import Ledger
-from producers.llm import LLMClient
-from producers.observe import NO_METRICS, RunnerMetrics
-from producers.positions import LogPositions, base_snapshot
-from producers.publisher import Delivery
-from producers.recovery import Recovery
-from producers.run_loop import RunLoop
-from producers.secrets import SecretsRegistry
-from producers.sink import RecordSink, topic_of
-from producers.state import ConversationState, fold, initial, unobserved_actions
-from producers.status import set_status
-from producers.writer import Place, Services
-from projections.view import path_to_root
-from schemas import (
+from convdb.infra.settings import RuntimeSettings
+from convdb.producers import records as rec
+from convdb.producers._stats import RunStats
+from convdb.producers.agent import Agent
+from convdb.producers.crashpoints import NO_CRASH, CrashPoints
+from convdb.producers.effect_protocol import EffectProtocol, Outcome
+from convdb.producers.ledger import Ledger
+from convdb.producers.llm import LLMClient
+from convdb.producers.observe import NO_METRICS, RunnerMetrics
+from convdb.producers.positions import LogPositions, base_snapshot
+from convdb.producers.publisher import Delivery
+from convdb.producers.recovery import Recovery
+from convdb.producers.run_loop import RunLoop
+from convdb.producers.secrets import SecretsRegistry
+from convdb.producers.sink import RecordSink, topic_of
+from convdb.producers.state import ConversationState, fold, initial, unobserved_actions
+from convdb.producers.status import set_status
+from convdb.producers.writer import Place, Services
+from convdb.projections.view import path_to_root
+from convdb.schemas import (
     ActionEvent,
     AvroModel,
     Event,
@@ -45,7 +45,7 @@ from schemas import (
     Snapshot,
     UserRejectEvent,
 )
-from schemas._types import ExecutionStatus, Resolution
+from convdb.schemas._types import ExecutionStatus, Resolution
 
 E = TypeVar("E", bound=EventEnvelope)
 

@@ -3,7 +3,7 @@
 Every non-read-only call is bracketed by durable ledger writes: EffectProposed (with the
 ActionEvent), EffectStarted, the provider call with operation_id as idempotency key, then
 ObservationEvent + EffectConfirmed/EffectFailed. An ambiguous call is settled with the rules of
-`projections.settlement`: the provider's lookup, a retry the effect class allows, or
+`convdb.projections.settlement`: the provider's lookup, a retry the effect class allows, or
 EffectUnknown for a human.
 """
 
@@ -17,18 +17,18 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from infra import tracing
-from producers import records as rec
-from producers._stats import RunStats
-from producers.errors import EffectError, OutcomeUnknownError, ToolArgumentError
-from producers.tools.base import Operation, Tool, ToolResult, ask_provider
-from producers.writer import ConversationWriter, Services
-from projections import operation
-from projections.effects import backfill_observation
-from projections.operation import OperationState
-from projections.settlement import settle
-from schemas import ActionEvent, AvroModel, EffectProposed, LedgerRecord
-from schemas._types import LedgerOrigin
+from convdb.infra import tracing
+from convdb.producers import records as rec
+from convdb.producers._stats import RunStats
+from convdb.producers.errors import EffectError, OutcomeUnknownError, ToolArgumentError
+from convdb.producers.tools.base import Operation, Tool, ToolResult, ask_provider
+from convdb.producers.writer import ConversationWriter, Services
+from convdb.projections import operation
+from convdb.projections.effects import backfill_observation
+from convdb.projections.operation import OperationState
+from convdb.projections.settlement import settle
+from convdb.schemas import ActionEvent, AvroModel, EffectProposed, LedgerRecord
+from convdb.schemas._types import LedgerOrigin
 
 logger = logging.getLogger(__name__)
 

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 # Defined once where they belong (the producer helpers, the pure folds); re-exported so that
 # producers name every error it raises from here.
-from infra.errors import FencedError as FencedError
-from infra.errors import PublishError as PublishError
-from projections.errors import IllegalTransitionError as IllegalTransitionError
-from projections.errors import SequenceGapError as SequenceGapError
-from schemas.errors import ConvdbError
+from convdb.infra.errors import FencedError as FencedError
+from convdb.infra.errors import PublishError as PublishError
+from convdb.projections.errors import IllegalTransitionError as IllegalTransitionError
+from convdb.projections.errors import SequenceGapError as SequenceGapError
+from convdb.schemas.errors import ConvdbError
 
 
 class ToolArgumentError(ConvdbError):

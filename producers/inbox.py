@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import logging
 
-from producers.conversation import Conversation
-from producers.crashpoints import CrashPoints
-from schemas import InboxMessage
-from schemas._types import Resolution
+from convdb.producers.conversation import Conversation
+from convdb.producers.crashpoints import CrashPoints
+from convdb.schemas import InboxMessage
+from convdb.schemas._types import Resolution
 
 logger = logging.getLogger(__name__)
 

@@ -1,6 +1,6 @@
 """A conversation's effect ledger: its operations' states, folded with the one machine.
 
-The fold is `projections.operation.fold`, the reconciler's and the read side's fold, so resume
+The fold is `convdb.projections.operation.fold`, the reconciler's and the read side's fold, so resume
 takes its decisions on the same states they show. What differs is only what a runner may read:
 a restore reads the effects tail from the oldest proposal of an operation still open, so it can
 meet later records of operations settled before that point, whose proposal it did not read.
@@ -12,10 +12,10 @@ import logging
 
 from immutables import Map
 
-from projections import operation
-from projections.errors import ProjectionError
-from projections.operation import OperationState
-from schemas import EffectProposed, LedgerRecord, Receipt
+from convdb.projections import operation
+from convdb.projections.errors import ProjectionError
+from convdb.projections.operation import OperationState
+from convdb.schemas import EffectProposed, LedgerRecord, Receipt
 
 logger = logging.getLogger(__name__)
 

@@ -8,10 +8,10 @@ import time
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from infra import tracing
-from infra.settings import LLMSettings
-from producers.errors import LLMError
-from producers.scripted import SCRIPTED_MODEL, scripted_turn
+from convdb.infra import tracing
+from convdb.infra.settings import LLMSettings
+from convdb.producers.errors import LLMError
+from convdb.producers.scripted import SCRIPTED_MODEL, scripted_turn
 
 logger = logging.getLogger(__name__)
 

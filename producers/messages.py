@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from schemas import (
+from convdb.schemas import (
     ActionEvent,
     AgentErrorEvent,
     CondensationEvent,

@@ -12,8 +12,8 @@ from collections.abc import Callable, Iterable
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
-from schemas import LLMUsageEvent
-from schemas.records import LEDGER_TYPES
+from convdb.schemas import LLMUsageEvent
+from convdb.schemas.records import LEDGER_TYPES
 
 LEDGER_STATES = {
     "effect_proposed": "proposed",

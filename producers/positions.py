@@ -11,10 +11,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
-from producers.ledger import Ledger, open_operations
-from producers.publisher import Delivery
-from producers.state import ConversationState
-from schemas import AvroModel, EffectProposed, EventEnvelope, LedgerRecord, Snapshot
+from convdb.producers.ledger import Ledger, open_operations
+from convdb.producers.publisher import Delivery
+from convdb.producers.state import ConversationState
+from convdb.schemas import AvroModel, EffectProposed, EventEnvelope, LedgerRecord, Snapshot
 
 
 @dataclass

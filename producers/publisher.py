@@ -8,12 +8,12 @@ from typing import Any
 
 from confluent_kafka import Producer, TopicPartition
 
-from infra.errors import PublishError
-from infra.producer import Delivery, DurableProducer, Headers, TransactionalProducer
-from infra.settings import Settings
-from producers.errors import SequenceGapError
-from schemas import AvroModel, Codec, EventEnvelope
-from schemas.topics import EVENTS, Topic
+from convdb.infra.errors import PublishError
+from convdb.infra.producer import Delivery, DurableProducer, Headers, TransactionalProducer
+from convdb.infra.settings import Settings
+from convdb.producers.errors import SequenceGapError
+from convdb.schemas import AvroModel, Codec, EventEnvelope
+from convdb.schemas.topics import EVENTS, Topic
 
 logger = logging.getLogger(__name__)
 
@@ -74,9 +74,7 @@ class EventPublisher(DurableProducer):
             self.sequence.check(record)
         return self.produce_raw(self.topic_name(topic), key_of(record), self.codec.encode(record))
 
-    def publish_durable(
-        self, records: Sequence[AvroModel], topic: Topic = EVENTS
-    ) -> list[Delivery]:
+    def publish_durable(self, records: Sequence[AvroModel], topic: Topic = EVENTS) -> list[Delivery]:
         """Publish records and wait until all are durable."""
         return self.wait_durable([self.publish(r, topic) for r in records])
 

@@ -6,10 +6,10 @@ import uuid
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from producers.tools.base import Operation, ToolResult
-from producers.writer import ConversationWriter
-from projections.effects import transition_id
-from schemas import (
+from convdb.producers.tools.base import Operation, ToolResult
+from convdb.producers.writer import ConversationWriter
+from convdb.projections.effects import transition_id
+from convdb.schemas import (
     ActionEvent,
     EffectConfirmed,
     EffectFailed,
@@ -19,7 +19,7 @@ from schemas import (
     EffectUnknown,
     ObservationEvent,
 )
-from schemas._types import LedgerOrigin, Resolution
+from convdb.schemas._types import LedgerOrigin, Resolution
 
 
 def _ledger(writer: ConversationWriter, action: ActionEvent) -> dict[str, Any]:

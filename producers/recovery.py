@@ -1,6 +1,6 @@
 """Recovery: finish what a crash left half-done, per action, never per batch (DESIGN §6).
 
-For each action without observation, `projections.settlement.next_step` of its operation's state
+For each action without observation, `convdb.projections.settlement.next_step` of its operation's state
 says what to do: execute (never started), backfill (outcome known), settle (started, no outcome)
 or wait for a human (unknown). An irreversible action is never run again blindly.
 """
@@ -9,15 +9,15 @@ from __future__ import annotations
 
 import logging
 
-from producers import records as rec
-from producers.effect_protocol import EffectProtocol, Outcome
-from producers.state import unobserved_actions
-from producers.status import set_status
-from producers.tools.base import ToolResult
-from producers.writer import ConversationWriter
-from projections.settlement import Step, next_step
-from schemas import ActionEvent, AvroModel, ObservationEvent
-from schemas._types import ExecutionStatus
+from convdb.producers import records as rec
+from convdb.producers.effect_protocol import EffectProtocol, Outcome
+from convdb.producers.state import unobserved_actions
+from convdb.producers.status import set_status
+from convdb.producers.tools.base import ToolResult
+from convdb.producers.writer import ConversationWriter
+from convdb.projections.settlement import Step, next_step
+from convdb.schemas import ActionEvent, AvroModel, ObservationEvent
+from convdb.schemas._types import ExecutionStatus
 
 logger = logging.getLogger(__name__)
 

@@ -7,13 +7,13 @@ import time
 from collections import deque
 from collections.abc import Sequence
 
-from infra import tracing
-from producers._stats import RunStats
-from producers.effect_protocol import EffectProtocol, Outcome
-from producers.status import set_status
-from producers.writer import ConversationWriter, Services
-from projections.view import active_branch
-from schemas import (
+from convdb.infra import tracing
+from convdb.producers._stats import RunStats
+from convdb.producers.effect_protocol import EffectProtocol, Outcome
+from convdb.producers.status import set_status
+from convdb.producers.writer import ConversationWriter, Services
+from convdb.projections.view import active_branch
+from convdb.schemas import (
     ActionEvent,
     AgentErrorEvent,
     AvroModel,
@@ -24,7 +24,7 @@ from schemas import (
     PauseEvent,
     SystemPromptEvent,
 )
-from schemas._types import ExecutionStatus
+from convdb.schemas._types import ExecutionStatus
 
 STUCK_REPEATS = 3
 """Identical consecutive steps that count as stuck."""

@@ -1,6 +1,7 @@
 """What every conversation of a process shares: settings, codec, the agent, its model, secrets.
 
-The fleet (`producers.fleet`) is the one runtime that owns, restores and drives conversations;
+The fleet (`producers.fleet`, served by `convdb runner`) is the one runtime that owns, restores and drives
+conversations;
 `Runtime.create` also builds a conversation over any sink for tests and benchmarks.
 """
 
@@ -9,15 +10,15 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from infra.settings import Settings
-from producers.agent import Agent, ConfirmationPolicy
-from producers.conversation import Conversation
-from producers.crashpoints import NO_CRASH, CrashPoints
-from producers.llm import LitellmClient, LLMClient, make_llm
-from producers.secrets import SecretsRegistry
-from producers.sink import RecordSink
-from producers.tools import standard_tools
-from schemas import Codec, make_codec
+from convdb.infra.settings import Settings
+from convdb.producers.agent import Agent, ConfirmationPolicy
+from convdb.producers.conversation import Conversation
+from convdb.producers.crashpoints import NO_CRASH, CrashPoints
+from convdb.producers.llm import LitellmClient, LLMClient, make_llm
+from convdb.producers.secrets import SecretsRegistry
+from convdb.producers.sink import RecordSink
+from convdb.producers.tools import standard_tools
+from convdb.schemas import Codec, make_codec
 
 
 @dataclass

@@ -1,7 +1,7 @@
-"""Secrets registry for the runtime: `infra.secrets` (shared with the API and the log formatters)."""
+"""Secrets registry for the runtime: `convdb.infra.secrets` (shared with the API and the log formatters)."""
 
 from __future__ import annotations
 
-from infra.secrets import SecretsRegistry, redact_patterns
+from convdb.infra.secrets import SecretsRegistry, redact_patterns
 
 __all__ = ["SecretsRegistry", "redact_patterns"]

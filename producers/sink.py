@@ -6,9 +6,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Protocol
 
-from producers.publisher import Delivery, EventPublisher
-from schemas import AvroModel, EventEnvelope, LedgerRecord, Snapshot
-from schemas.topics import EFFECTS, EVENTS, STATE, Topic
+from convdb.producers.publisher import Delivery, EventPublisher
+from convdb.schemas import AvroModel, EventEnvelope, LedgerRecord, Snapshot
+from convdb.schemas.topics import EFFECTS, EVENTS, STATE, Topic
 
 
 class RecordSink(Protocol):

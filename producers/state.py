@@ -10,10 +10,10 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import cast
 
-from producers.ledger import EMPTY, Ledger, fold_ledger
-from projections import view
-from projections.view import ViewState
-from schemas import (
+from convdb.producers.ledger import EMPTY, Ledger, fold_ledger
+from convdb.projections import view
+from convdb.projections.view import ViewState
+from convdb.schemas import (
     ActionEvent,
     AvroModel,
     Event,
@@ -25,7 +25,7 @@ from schemas import (
     StateUpdateEvent,
     UserRejectEvent,
 )
-from schemas._types import ExecutionStatus
+from convdb.schemas._types import ExecutionStatus
 
 
 @dataclass(frozen=True, slots=True)

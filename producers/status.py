@@ -1,15 +1,15 @@
 """The execution status machine: allowed transitions written as data, and the change recorded.
 
 The status is never assigned: `set_status` records a StateUpdateEvent and the conversation's
-state folds it (`producers.state`).
+state folds it (`convdb.producers.state`).
 """
 
 from __future__ import annotations
 
-from producers.errors import IllegalTransitionError
-from producers.writer import ConversationWriter
-from schemas import StateUpdateEvent
-from schemas._types import ExecutionStatus
+from convdb.producers.errors import IllegalTransitionError
+from convdb.producers.writer import ConversationWriter
+from convdb.schemas import StateUpdateEvent
+from convdb.schemas._types import ExecutionStatus
 
 _RESTARTABLE = frozenset({"running", "idle", "paused"})
 

@@ -11,14 +11,14 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, NamedTuple, Protocol, TypeVar
 
-from infra.settings import RuntimeSettings
-from producers.agent import Agent
-from producers.crashpoints import CrashPoints
-from producers.llm import LLMClient
-from producers.observe import NO_METRICS, RunnerMetrics
-from producers.secrets import SecretsRegistry
-from producers.state import ConversationState
-from schemas import AvroModel, EventEnvelope, Snapshot
+from convdb.infra.settings import RuntimeSettings
+from convdb.producers.agent import Agent
+from convdb.producers.crashpoints import CrashPoints
+from convdb.producers.llm import LLMClient
+from convdb.producers.observe import NO_METRICS, RunnerMetrics
+from convdb.producers.secrets import SecretsRegistry
+from convdb.producers.state import ConversationState
+from convdb.schemas import AvroModel, EventEnvelope, Snapshot
 
 E = TypeVar("E", bound=EventEnvelope)
 

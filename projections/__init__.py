@@ -4,8 +4,8 @@ Each module (`view`, `index`, `titles`, `stats`, `effects`) is one projection; i
 module and call `module.fold` / `module.fold_all`. The names below are the shared types.
 """
 
-from projections._folding import fold_conversations
-from projections.errors import (
+from convdb.projections._folding import fold_conversations
+from convdb.projections.errors import (
     ConversationMismatchError,
     CursorError,
     IllegalTransitionError,
@@ -14,10 +14,10 @@ from projections.errors import (
     SequenceGapError,
     UnknownEventError,
 )
-from projections.index import Cursor, IndexRow, SearchQuery, decode_cursor, encode_cursor, index_row
-from projections.stats import ConversationStats
-from projections.titles import TitleProcessor, wants_llm_title
-from projections.view import ViewState, active_branch, path_to_root, view_as_of
+from convdb.projections.index import Cursor, IndexRow, SearchQuery, decode_cursor, encode_cursor, index_row
+from convdb.projections.stats import ConversationStats
+from convdb.projections.titles import TitleProcessor, wants_llm_title
+from convdb.projections.view import ViewState, active_branch, path_to_root, view_as_of
 
 __all__ = [
     "ConversationMismatchError",

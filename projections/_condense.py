@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
-from schemas.events import CondensationEvent, Event
+from convdb.schemas.events import CondensationEvent, Event
 
 
 def apply_condensation(visible: Iterable[Event], condensation: CondensationEvent) -> list[Event]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping
 from typing import TypeVar
 
-from schemas.events import Event
+from convdb.schemas.events import Event
 
 State = TypeVar("State")
 

@@ -8,14 +8,14 @@ from __future__ import annotations
 
 from collections.abc import Container
 
-from projections.errors import (
+from convdb.projections.errors import (
     ConversationMismatchError,
     SequenceConflictError,
     SequenceGapError,
     TenantMismatchError,
 )
-from projections.tenancy import refusal
-from schemas.events import Event
+from convdb.projections.tenancy import refusal
+from convdb.schemas.events import Event
 
 ANNOTATION_SEQ = 0
 """seq of an annotation outside the chain (a TitleEvent): not ordered, deduplicated by id."""

@@ -15,8 +15,8 @@ from __future__ import annotations
 from collections.abc import Container
 from typing import NamedTuple
 
-from projections._sequence import ANNOTATION_SEQ, check_member, is_next
-from schemas.events import Event
+from convdb.projections._sequence import ANNOTATION_SEQ, check_member, is_next
+from convdb.schemas.events import Event
 
 
 class Chain(NamedTuple):

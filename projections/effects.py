@@ -1,9 +1,9 @@
 """The effects projection: the reconciler's decisions and the backfilled observation (DESIGN §7, §8).
 
-The state machine itself is `projections.operation` (re-exported here): `fold` folds ledger
+The state machine itself is `convdb.projections.operation` (re-exported here): `fold` folds ledger
 records, Action/Observation events and provider receipts into an `OperationState`. This module
 adds what the reconciler does with it: `decide` (on a deadline tick) and `on_lookup` return the
-ledger transitions to publish, with the rules of `projections.settlement`. An emitted
+ledger transitions to publish, with the rules of `convdb.projections.settlement`. An emitted
 transition's id is derived from operation_id + transition, so the re-emission of an
 at-least-once reconciler after a crash is the *same* record, and readers, who remember the ids
 they applied, drop it.
@@ -22,8 +22,8 @@ from datetime import datetime, timedelta
 
 from pydantic import BaseModel, ConfigDict
 
-from projections.errors import IllegalTransitionError
-from projections.operation import (
+from convdb.projections.errors import IllegalTransitionError
+from convdb.projections.operation import (
     TRANSITIONS,
     OperationState,
     OperationStatus,
@@ -35,10 +35,10 @@ from projections.operation import (
     operation_id_of,
     transition_of,
 )
-from projections.settlement import RETRY_SAFE, LookupResult, Verdict, settle
-from schemas._types import LedgerOrigin
-from schemas.events import ObservationEvent
-from schemas.records import EffectConfirmed, EffectFailed, EffectResolved, EffectUnknown, LedgerRecord
+from convdb.projections.settlement import RETRY_SAFE, LookupResult, Verdict, settle
+from convdb.schemas._types import LedgerOrigin
+from convdb.schemas.events import ObservationEvent
+from convdb.schemas.records import EffectConfirmed, EffectFailed, EffectResolved, EffectUnknown, LedgerRecord
 
 __all__ = [
     "RETRY_SAFE",

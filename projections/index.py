@@ -24,10 +24,10 @@ from pydantic import (
     model_validator,
 )
 
-from projections._text import shorten
-from projections.errors import CursorError, QueryError
-from schemas._types import EventSource
-from schemas.events import Event, EventEnvelope, EventKind
+from convdb.projections._text import shorten
+from convdb.projections.errors import CursorError, QueryError
+from convdb.schemas._types import EventSource
+from convdb.schemas.events import Event, EventEnvelope, EventKind
 
 TEXT_LIMIT = 160
 """Length of `IndexRow.text`, in characters."""

@@ -3,7 +3,7 @@
 The runtime's resume, the reconciler and the effects read side fold the same records with this
 module, so they cannot disagree on whether an action may run again. Transitions are data
 (`TRANSITIONS`). What to do with an operation that has no outcome (the retry rule, the attempt
-cap, the recovery step) is in `projections.settlement`, written once for the same users.
+cap, the recovery step) is in `convdb.projections.settlement`, written once for the same users.
 """
 
 from __future__ import annotations
@@ -15,11 +15,11 @@ from typing import Literal
 
 from pydantic import AwareDatetime, BaseModel, ConfigDict
 
-from projections.errors import IllegalTransitionError
-from projections.tenancy import check_owner
-from schemas._types import EffectClass, ReceiptStatus, Resolution
-from schemas.events import ActionEvent, ObservationEvent
-from schemas.records import (
+from convdb.projections.errors import IllegalTransitionError
+from convdb.projections.tenancy import check_owner
+from convdb.schemas._types import EffectClass, ReceiptStatus, Resolution
+from convdb.schemas.events import ActionEvent, ObservationEvent
+from convdb.schemas.records import (
     EffectConfirmed,
     EffectFailed,
     EffectProposed,

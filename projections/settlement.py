@@ -12,8 +12,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict
 
-from projections.operation import OperationState, OperationStatus
-from schemas._types import EffectClass
+from convdb.projections.operation import OperationState, OperationStatus
+from convdb.schemas._types import EffectClass
 
 RETRY_SAFE: frozenset[EffectClass] = frozenset({"idempotent", "keyed"})
 """Effect classes a retry cannot duplicate (set-to-state, or the provider honours the key)."""

@@ -16,9 +16,9 @@ from collections.abc import Iterable
 from datetime import datetime
 from typing import Any, NamedTuple
 
-from projections._sequence import ANNOTATION_SEQ, check_member, is_next
-from schemas._types import ExecutionStatus
-from schemas.events import EVENT_KINDS, Event
+from convdb.projections._sequence import ANNOTATION_SEQ, check_member, is_next
+from convdb.schemas._types import ExecutionStatus
+from convdb.schemas.events import EVENT_KINDS, Event
 
 _KIND_INDEX = {kind: i for i, kind in enumerate(EVENT_KINDS)}
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
@@ -35,7 +35,7 @@ class ConversationStats(NamedTuple):
     events: int = 0
     """Events counted (chain events and annotations, each once)."""
     counts: tuple[int, ...] = (0,) * len(EVENT_KINDS)
-    """Events per kind, aligned with `schemas.events.EVENT_KINDS` (see `counts_by_kind`)."""
+    """Events per kind, aligned with `convdb.schemas.events.EVENT_KINDS` (see `counts_by_kind`)."""
     llm_calls: int = 0
     prompt_tokens: int = 0
     completion_tokens: int = 0

@@ -7,8 +7,8 @@ ledger records of an operation) call it with the owner they know from the log.
 
 from __future__ import annotations
 
-from projections.errors import TenantMismatchError
-from schemas._types import AvroModel
+from convdb.projections.errors import TenantMismatchError
+from convdb.schemas._types import AvroModel
 
 
 def refusal(owner: str | None, record: AvroModel, what: str = "conversation") -> str | None:

@@ -14,11 +14,11 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Literal, NamedTuple
 
-from projections._sequence import ANNOTATION_SEQ, check_member, is_next
-from projections._text import shorten
-from schemas._types import TitleOrigin
-from schemas.events import Event
-from schemas.validation import clean_text
+from convdb.projections._sequence import ANNOTATION_SEQ, check_member, is_next
+from convdb.projections._text import shorten
+from convdb.schemas._types import TitleOrigin
+from convdb.schemas.events import Event
+from convdb.schemas.validation import clean_text
 
 TITLE_LIMIT = 60
 """Longest title, in characters (ellipsis included)."""

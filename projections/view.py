@@ -22,10 +22,10 @@ from typing import Any, NamedTuple
 from immutables import Map
 from pyrsistent import PVector, pvector
 
-from projections._condense import apply_condensation, condense
-from projections._sequence import ANNOTATION_SEQ, check_member, is_next
-from projections.errors import ProjectionError, UnknownEventError
-from schemas.events import ActiveLeafChangedEvent, CondensationEvent, Event, ForkEvent
+from convdb.projections._condense import apply_condensation, condense
+from convdb.projections._sequence import ANNOTATION_SEQ, check_member, is_next
+from convdb.projections.errors import ProjectionError, UnknownEventError
+from convdb.schemas.events import ActiveLeafChangedEvent, CondensationEvent, Event, ForkEvent
 
 _NO_EVENTS: Map[str, Event] = Map()
 _EMPTY: PVector[Any] = pvector()

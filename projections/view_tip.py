@@ -12,9 +12,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import NamedTuple
 
-from projections._sequence import ANNOTATION_SEQ
-from projections.view import ViewState
-from schemas.events import Event
+from convdb.projections._sequence import ANNOTATION_SEQ
+from convdb.projections.view import ViewState
+from convdb.schemas.events import Event
 
 _OFF_TAIL_KINDS = frozenset({"active_leaf_changed", "fork", "condensation"})
 

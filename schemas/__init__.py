@@ -1,8 +1,8 @@
 """Avro schemas (the contract), their frozen pydantic mirrors, the codec and the topic registry."""
 
-from schemas._types import AvroModel
-from schemas.codec import Codec, ConfluentCodec, SingleObjectCodec, make_codec
-from schemas.events import (
+from convdb.schemas._types import AvroModel
+from convdb.schemas.codec import Codec, ConfluentCodec, SingleObjectCodec, make_codec
+from convdb.schemas.events import (
     EVENT_TYPES,
     ActionEvent,
     ActiveLeafChangedEvent,
@@ -21,7 +21,7 @@ from schemas.events import (
     TitleEvent,
     UserRejectEvent,
 )
-from schemas.records import (
+from convdb.schemas.records import (
     LEDGER_TYPES,
     RECORD_TYPES,
     EffectConfirmed,

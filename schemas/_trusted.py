@@ -20,7 +20,7 @@ from typing import Any, Literal
 
 from pydantic import AwareDatetime
 
-from schemas._types import AvroModel
+from convdb.schemas._types import AvroModel
 
 Build = Callable[[dict[str, Any]], AvroModel | None]
 """Builds the model from a decoded dict, or returns None when the dict needs validation."""

@@ -10,9 +10,9 @@ from typing import Any
 from fastavro import parse_schema
 from fastavro.schema import fingerprint, to_parsing_canonical_form
 
-from schemas._types import AvroModel
-from schemas.events import EVENT_TYPES
-from schemas.records import RECORD_TYPES
+from convdb.schemas._types import AvroModel
+from convdb.schemas.events import EVENT_TYPES
+from convdb.schemas.records import RECORD_TYPES
 
 SINGLE_OBJECT_MAGIC = b"\xc3\x01"
 """Avro single-object encoding marker (Avro spec, 'Single-object encoding')."""
@@ -60,14 +60,12 @@ class SchemaCatalog:
     @classmethod
     def shipped(cls) -> SchemaCatalog:
         """The catalog of the `.avsc` files shipped in `schemas/avro/`."""
-        root = resources.files("schemas") / "avro"
+        root = resources.files("convdb.schemas") / "avro"
         versions = []
         for entry in sorted(root.iterdir(), key=lambda e: e.name):
             if entry.name.endswith(".avsc"):
                 name, version, _ = entry.name.split(".")
-                versions.append(
-                    load_version(name, int(version.removeprefix("v")), entry.read_text())
-                )
+                versions.append(load_version(name, int(version.removeprefix("v")), entry.read_text()))
         return cls(versions)
 
     def restricted(self, name: str, version: int) -> SchemaCatalog:
@@ -87,9 +85,7 @@ def load_version(name: str, version: int, text: str) -> SchemaVersion:
     """Parse one `.avsc` text into a `SchemaVersion`."""
     schema = json.loads(text)
     if schema.get("name") != name:
-        raise ValueError(
-            f"schema file for {name} v{version} declares record {schema.get('name')!r}"
-        )
+        raise ValueError(f"schema file for {name} v{version} declares record {schema.get('name')!r}")
     return SchemaVersion(name, version, schema, parse_record(schema), single_object_fingerprint(schema))
 
 

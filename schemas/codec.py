@@ -14,9 +14,9 @@ from typing import Any, Protocol, TypeVar, overload
 from fastavro import schemaless_reader, schemaless_writer
 from pydantic import ValidationError
 
-from schemas._trusted import Build, trusted_builder
-from schemas._types import AvroModel
-from schemas.catalog import (
+from convdb.schemas._trusted import Build, trusted_builder
+from convdb.schemas._types import AvroModel
+from convdb.schemas.catalog import (
     MODELS,
     SINGLE_OBJECT_MAGIC,
     SchemaCatalog,
@@ -24,7 +24,7 @@ from schemas.catalog import (
     parse_record,
     shipped_catalog,
 )
-from schemas.errors import (
+from convdb.schemas.errors import (
     CorruptRecordError,
     InvalidRecordError,
     NotAvroError,
@@ -32,7 +32,7 @@ from schemas.errors import (
     UnexpectedRecordError,
     UnknownFingerprintError,
 )
-from schemas.validation import record_problem
+from convdb.schemas.validation import record_problem
 
 CONFLUENT_MAGIC = b"\x00"
 

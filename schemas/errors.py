@@ -36,4 +36,4 @@ class UnexpectedRecordError(SchemaError):
 
 
 class InvalidValueError(ConvdbError, ValueError):
-    """An identifier or text given at an entry point breaks the rules of `schemas.validation`."""
+    """An identifier or text given at an entry point breaks the rules of `convdb.schemas.validation`."""

@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal, get_args
 
 from pydantic import AwareDatetime, Field
 
-from schemas._types import (
+from convdb.schemas._types import (
     AvroModel,
     EffectClass,
     EventSource,
@@ -59,9 +59,7 @@ class MessageEvent(EventEnvelope):
 
     role: MessageRole = Field(description="LLM role the message is projected to.")
     content: str = Field(description="Message text.")
-    llm_response_id: str | None = Field(
-        None, description="LLM response that produced the message, if any."
-    )
+    llm_response_id: str | None = Field(None, description="LLM response that produced the message, if any.")
     kind: Literal["message"] = Field("message", description="Always 'message'.")
     extension: str | None = _extension()
 
@@ -76,9 +74,7 @@ class ActionEvent(EventEnvelope):
     llm_response_id: str = Field(
         description="LLM response that proposed the action; shared by parallel actions."
     )
-    security_risk: SecurityRisk = Field(
-        "unknown", description="Risk assigned by the security analyzer."
-    )
+    security_risk: SecurityRisk = Field("unknown", description="Risk assigned by the security analyzer.")
     operation_id: str = Field(description="Operation id: '{conversation_id}/{action_id}'.")
     intent_hash: str = Field(description="sha256 of tool_name + canonical arguments.")
     target: str | None = Field(None, description="What the effect touches, e.g. 'tracker:issues'.")
@@ -133,9 +129,7 @@ class CondensationEvent(EventEnvelope):
     """Forget events from the view and optionally insert a summary."""
 
     forgotten_event_ids: tuple[str, ...] = Field(description="Ids of events removed from the view.")
-    summary: str | None = Field(
-        None, description="Summary inserted in place of the forgotten events."
-    )
+    summary: str | None = Field(None, description="Summary inserted in place of the forgotten events.")
     kind: Literal["condensation"] = Field("condensation", description="Always 'condensation'.")
     extension: str | None = _extension()
 
@@ -175,9 +169,7 @@ class ForkEvent(EventEnvelope):
     """This conversation was forked from another one."""
 
     source_conversation_id: str = Field(description="Conversation forked from.")
-    source_event_id: str = Field(
-        description="Event of the source conversation the fork starts after."
-    )
+    source_event_id: str = Field(description="Event of the source conversation the fork starts after.")
     workspace_shared: bool = Field(
         True,
         description="True unless a workspace snapshot was given: both conversations then act on one "

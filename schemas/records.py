@@ -6,7 +6,7 @@ from typing import Annotated, Literal, get_args
 
 from pydantic import AwareDatetime, Field
 
-from schemas._types import (
+from convdb.schemas._types import (
     AvroModel,
     EffectClass,
     ExecutionStatus,
@@ -22,9 +22,7 @@ class LedgerRecord(AvroModel):
 
     id: str = Field(description="Unique ledger record id (UUID text).")
     operation_id: str = Field(description="The operation: '{conversation_id}/{action_id}'.")
-    conversation_id: str = Field(
-        description="Conversation the operation belongs to; the Kafka key."
-    )
+    conversation_id: str = Field(description="Conversation the operation belongs to; the Kafka key.")
     tenant_id: str = Field(description="Tenant that owns the conversation.")
     timestamp: AwareDatetime = Field(description="When the transition was recorded (UTC).")
 
@@ -40,18 +38,14 @@ class EffectProposed(LedgerRecord):
     reconcile_after: AwareDatetime = Field(
         description="Deadline after which the reconciler looks the operation up."
     )
-    kind: Literal["effect_proposed"] = Field(
-        "effect_proposed", description="Always 'effect_proposed'."
-    )
+    kind: Literal["effect_proposed"] = Field("effect_proposed", description="Always 'effect_proposed'.")
 
 
 class EffectStarted(LedgerRecord):
     """The provider call is about to be made."""
 
     attempt: int = Field(1, description="Attempt number, from 1.")
-    kind: Literal["effect_started"] = Field(
-        "effect_started", description="Always 'effect_started'."
-    )
+    kind: Literal["effect_started"] = Field("effect_started", description="Always 'effect_started'.")
 
 
 class EffectConfirmed(LedgerRecord):
@@ -60,18 +54,14 @@ class EffectConfirmed(LedgerRecord):
     provider_receipt: str | None = Field(None, description="Provider's request/result id.")
     result: str = Field("", description="Result text.")
     origin: LedgerOrigin = Field("runner", description="Who recorded it.")
-    kind: Literal["effect_confirmed"] = Field(
-        "effect_confirmed", description="Always 'effect_confirmed'."
-    )
+    kind: Literal["effect_confirmed"] = Field("effect_confirmed", description="Always 'effect_confirmed'.")
 
 
 class EffectFailed(LedgerRecord):
     """The provider did not do the operation."""
 
     error: str = Field(description="Error text.")
-    retryable: bool = Field(
-        False, description="True when a retry with the same key is safe and useful."
-    )
+    retryable: bool = Field(False, description="True when a retry with the same key is safe and useful.")
     origin: LedgerOrigin = Field("runner", description="Who recorded it.")
     kind: Literal["effect_failed"] = Field("effect_failed", description="Always 'effect_failed'.")
 
@@ -82,9 +72,7 @@ class EffectUnknown(LedgerRecord):
     reason: str = Field(description="Why the outcome is unknown.")
     evidence: str = Field("", description="What is known (ledger, lookup answers).")
     origin: LedgerOrigin = Field("runner", description="Who recorded it.")
-    kind: Literal["effect_unknown"] = Field(
-        "effect_unknown", description="Always 'effect_unknown'."
-    )
+    kind: Literal["effect_unknown"] = Field("effect_unknown", description="Always 'effect_unknown'.")
 
 
 class EffectResolved(LedgerRecord):
@@ -93,9 +81,7 @@ class EffectResolved(LedgerRecord):
     decision: Resolution = Field(description="The decision.")
     resolved_by: str = Field(description="Who decided (a user id, or 'reconciler').")
     note: str = Field("", description="Free text.")
-    kind: Literal["effect_resolved"] = Field(
-        "effect_resolved", description="Always 'effect_resolved'."
-    )
+    kind: Literal["effect_resolved"] = Field("effect_resolved", description="Always 'effect_resolved'.")
 
 
 class Receipt(AvroModel):
@@ -152,22 +138,14 @@ class Snapshot(AvroModel):
     last_seq: int = Field(description="seq of the last event covered.")
     last_event_id: str | None = Field(None, description="Id of the last event covered.")
     active_leaf_id: str | None = Field(None, description="Active leaf at the snapshot.")
-    events_partition: int = Field(
-        -1, description="Partition of the events topic holding the conversation."
-    )
-    events_offset: int = Field(
-        -1, description="Events-topic offset to resume reading from (-1 unknown)."
-    )
+    events_partition: int = Field(-1, description="Partition of the events topic holding the conversation.")
+    events_offset: int = Field(-1, description="Events-topic offset to resume reading from (-1 unknown).")
     execution_status: ExecutionStatus = Field(description="Execution status at the snapshot.")
     agent_json: str = Field("{}", description="Agent configuration as JSON.")
     stats_json: str = Field("{}", description="Run statistics as JSON.")
-    secret_names: tuple[str, ...] = Field(
-        (), description="Names (never values) of registered secrets."
-    )
+    secret_names: tuple[str, ...] = Field((), description="Names (never values) of registered secrets.")
     inbox_offset: int = Field(-1, description="Next inbox offset to read (-1 unknown).")
-    open_operations: tuple[str, ...] = Field(
-        (), description="Operation ids not yet confirmed or failed."
-    )
+    open_operations: tuple[str, ...] = Field((), description="Operation ids not yet confirmed or failed.")
     kind: Literal["snapshot"] = Field("snapshot", description="Always 'snapshot'.")
     view_complete: bool = Field(
         False,
@@ -207,12 +185,7 @@ class Snapshot(AvroModel):
 
 
 LedgerEvent = Annotated[
-    EffectProposed
-    | EffectStarted
-    | EffectConfirmed
-    | EffectFailed
-    | EffectUnknown
-    | EffectResolved,
+    EffectProposed | EffectStarted | EffectConfirmed | EffectFailed | EffectUnknown | EffectResolved,
     Field(discriminator="kind"),
 ]
 """Any effect-ledger transition, discriminated by `kind`."""

@@ -5,9 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
-from schemas._types import AvroModel
-from schemas.events import EVENT_TYPES, EventEnvelope
-from schemas.records import LEDGER_TYPES, ExternalBatch, InboxMessage, LedgerRecord, Receipt, Snapshot
+from convdb.schemas._types import AvroModel
+from convdb.schemas.events import EVENT_TYPES, EventEnvelope
+from convdb.schemas.records import LEDGER_TYPES, ExternalBatch, InboxMessage, LedgerRecord, Receipt, Snapshot
 
 V = TypeVar("V", bound=AvroModel)
 

@@ -20,8 +20,8 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 
-from schemas._types import AvroModel
-from schemas.errors import InvalidRecordError, InvalidValueError
+from convdb.schemas._types import AvroModel
+from convdb.schemas.errors import InvalidRecordError, InvalidValueError
 
 MAX_ID = 200
 """Longest identifier, in characters (the stores' id columns; OpenHands ids fit)."""

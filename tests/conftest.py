@@ -14,11 +14,11 @@ import pytest
 from hypothesis import HealthCheck
 from hypothesis import settings as hypothesis_settings
 
-from infra.apache import ApacheKafka
-from infra.broker import EmbeddedBroker
-from infra.capabilities import BrokerCapabilities, capabilities_of
-from infra.kafka import apply_topics
-from infra.settings import Settings
+from convdb.infra.capabilities import BrokerCapabilities, capabilities_of
+from convdb.infra.dev.apache import ApacheKafka
+from convdb.infra.dev.broker import EmbeddedBroker
+from convdb.infra.kafka import apply_topics
+from convdb.infra.settings import Settings
 
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
@@ -155,9 +155,7 @@ def settings(make_settings: Callable[..., Settings]) -> Settings:
     return s
 
 
-def wait_until(
-    condition: Callable[[], object], timeout: float = 30.0, what: str = "condition"
-) -> object:
+def wait_until(condition: Callable[[], object], timeout: float = 30.0, what: str = "condition") -> object:
     """Poll `condition` until it returns something truthy; fail the test with `what` on timeout."""
     deadline = time.monotonic() + timeout
     while True:
@@ -187,7 +185,7 @@ def s3_endpoint(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Endpoint
         key = os.environ.get("CONVDB_TEST_S3_KEY", "test")
         yield S3Endpoint(external, key, os.environ.get("CONVDB_TEST_S3_SECRET", key), "external")
         return
-    from infra.s3server import EmbeddedS3
+    from convdb.infra.dev.s3server import EmbeddedS3
 
     with EmbeddedS3(tmp_path_factory.mktemp("s3") / "weed") as server:
         yield S3Endpoint(server.endpoint_url, "convdb", "convdb", "seaweedfs")

@@ -8,7 +8,7 @@ from datetime import UTC, datetime
 
 from confluent_kafka import Consumer, TopicPartition
 
-from infra.settings import Settings
+from convdb.infra.settings import Settings
 
 
 def read_topic(

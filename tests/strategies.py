@@ -17,7 +17,7 @@ from typing import Any
 
 from hypothesis import strategies as st
 
-from schemas.events import (
+from convdb.schemas.events import (
     ActionEvent,
     ActiveLeafChangedEvent,
     AgentErrorEvent,

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from infra.settings import Settings
+from convdb.infra.settings import Settings
 from tests.producers._support import direct
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -12,6 +12,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = ("schemas", "projections", "infra", "producers", "consumers")
+"""The repository's top-level folders, installed as `convdb.<folder>` (pyproject's package-dir)."""
 THIRD_PARTY_IN_PROJECTIONS = {"pydantic", "pydantic_core", "typing_extensions", "annotated_types"}
 # Pure persistent data structures (no I/O, clock or randomness) that keep folds O(log n).
 THIRD_PARTY_IN_PROJECTIONS |= {"pyrsistent", "immutables"}
@@ -22,7 +23,7 @@ IMPURE_CALLS = {"now", "utcnow", "today", "uuid1", "uuid4", "perf_counter", "mon
 
 @dataclass(frozen=True)
 class Import:
-    """One imported top-level module, where it is imported."""
+    """One imported module, where it is imported."""
 
     path: Path
     line: int
@@ -30,7 +31,19 @@ class Import:
 
     @property
     def top(self) -> str:
+        """The first name (`convdb` for every convdb module)."""
         return self.module.split(".")[0]
+
+    @property
+    def package(self) -> str | None:
+        """The convdb package imported (`infra` for `convdb.infra.kafka`), or None."""
+        parts = self.module.split(".")
+        return parts[1] if parts[0] == "convdb" and len(parts) > 1 else None
+
+    def within(self, dotted: str) -> bool:
+        """True when the module is `convdb.<dotted>` or below it."""
+        name = f"convdb.{dotted}"
+        return self.module == name or self.module.startswith(name + ".")
 
     def __str__(self) -> str:
         return f"{self.path.relative_to(ROOT)}:{self.line} imports {self.module}"
@@ -40,6 +53,15 @@ def modules(package: str) -> list[Path]:
     return sorted(p for p in (ROOT / package).rglob("*.py") if "__pycache__" not in p.parts)
 
 
+def dotted_package(where: Path) -> list[str]:
+    """The import name of the package holding `where` (`convdb.projections.sub` for a file in
+    `projections/sub/`, `tests.x` for one in `tests/x/`)."""
+    parts = list(where.relative_to(ROOT).parent.parts)
+    if parts and parts[0] in PACKAGES:
+        return ["convdb", *parts]
+    return parts
+
+
 def imports_of(path: Path, where: Path | None = None) -> Iterator[Import]:
     """Every import in a module (top level, in functions, under TYPE_CHECKING), made absolute.
 
@@ -47,7 +69,7 @@ def imports_of(path: Path, where: Path | None = None) -> Iterator[Import]:
     """
     where = where or path
     tree = ast.parse(path.read_text(), filename=str(path))
-    package = where.relative_to(ROOT).parent.parts
+    package = dotted_package(where)
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             for alias in node.names:
@@ -62,16 +84,21 @@ def imports_of(path: Path, where: Path | None = None) -> Iterator[Import]:
                 yield Import(where, node.lineno, ".".join([*base, name]))
 
 
-def violations(package: str, allowed: set[str], *, exempt: str | None = None) -> list[str]:
+def violations(package: str, allowed: set[str], *, exempt: tuple[str, ...] = ()) -> list[str]:
     """Imports of other convdb packages outside `allowed`, as readable lines."""
     found = []
     for path in modules(package):
-        if exempt and exempt in path.relative_to(ROOT).parts:
+        if any(part in path.relative_to(ROOT).parts for part in exempt):
             continue
         for imp in imports_of(path):
-            if imp.top in PACKAGES and imp.top != package and imp.top not in allowed:
+            if imp.package and imp.package != package and imp.package not in allowed:
                 found.append(str(imp))
     return found
+
+
+def every_module() -> list[Path]:
+    """The modules of every package, of the `convdb` folder, of the tests and of the benchmarks."""
+    return [p for top in (*PACKAGES, "convdb", "tests", "bench") for p in modules(top)]
 
 
 def test_every_package_has_modules() -> None:
@@ -83,8 +110,37 @@ def test_schemas_imports_no_other_convdb_package() -> None:
     assert not (found := violations("schemas", set())), "\n".join(found)
 
 
-def test_infra_imports_only_schemas_except_the_cli() -> None:
-    assert not (found := violations("infra", {"schemas"}, exempt="cli")), "\n".join(found)
+def test_infra_imports_only_schemas_except_the_cli_and_the_dev_floor() -> None:
+    assert not (found := violations("infra", {"schemas"}, exempt=("cli", "dev"))), "\n".join(found)
+
+
+def test_only_the_cli_tests_and_bench_import_the_dev_floor() -> None:
+    found = []
+    for path in every_module():
+        rel = path.relative_to(ROOT).parts
+        if rel[0] in ("tests", "bench") or rel[:2] in (("infra", "cli"), ("infra", "dev")):
+            continue
+        found += [str(imp) for imp in imports_of(path) if imp.within("infra.dev")]
+    assert not found, "\n".join(found)
+
+
+def test_nothing_imports_the_cli() -> None:
+    """The CLI is the one composition root: no convdb module depends on it. Tests may call its
+    entry point, and `python -m convdb` is its own."""
+    found = []
+    for path in every_module():
+        rel = path.relative_to(ROOT).parts
+        if rel[0] in ("tests", "bench") or rel[:2] == ("infra", "cli") or rel == ("convdb", "__main__.py"):
+            continue
+        found += [str(imp) for imp in imports_of(path) if imp.within("infra.cli")]
+    assert not found, "\n".join(found)
+
+
+def test_no_module_imports_a_folder_by_its_bare_name() -> None:
+    """Every convdb import names `convdb.<package>`: a bare `schemas` would load a second copy of
+    the package from the checkout, or a user's own package of that name."""
+    found = [str(imp) for path in every_module() for imp in imports_of(path) if imp.top in PACKAGES]
+    assert not found, "\n".join(found)
 
 
 def test_producers_never_import_consumers() -> None:
@@ -99,7 +155,7 @@ def test_projections_import_only_schemas_pydantic_and_the_stdlib() -> None:
     found = []
     for path in modules("projections"):
         for imp in imports_of(path):
-            if imp.top in ("projections", "schemas"):
+            if imp.package in ("projections", "schemas"):
                 continue
             if imp.top in IMPURE_STDLIB:
                 found.append(f"{imp} (clock, randomness or network)")
@@ -121,11 +177,11 @@ def test_projections_read_no_clock_and_make_no_random_ids() -> None:
 @pytest.mark.parametrize(
     ("source", "expected"),
     [
-        ("from . import x", "projections.sub.x"),
-        ("from .. import y", "projections.y"),
-        ("from ..view import fold", "projections.view"),
-        ("import consumers.store", "consumers.store"),
-        ("def f():\n    from producers.publisher import EventPublisher", "producers.publisher"),
+        ("from . import x", "convdb.projections.sub.x"),
+        ("from .. import y", "convdb.projections.y"),
+        ("from ..view import fold", "convdb.projections.view"),
+        ("import convdb.consumers.store", "convdb.consumers.store"),
+        ("def f():\n    from convdb.producers.publisher import EventPublisher", "convdb.producers.publisher"),
     ],
 )
 def test_import_resolution(tmp_path: Path, source: str, expected: str) -> None:

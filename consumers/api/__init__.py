@@ -1,5 +1,5 @@
 """The query API: FastAPI app factory and routers (conversations, view, events search, messages)."""
 
-from consumers.api.app import ROUTERS, create_app
+from convdb.consumers.api.app import ROUTERS, create_app
 
 __all__ = ["ROUTERS", "create_app"]

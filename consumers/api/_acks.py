@@ -13,11 +13,11 @@ from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException, Message
 
-from consumers.api._slots import WriteSlots
-from infra import tracing
-from infra.errors import PublishError
-from infra.kafka import make_producer
-from infra.settings import Settings
+from convdb.consumers.api._slots import WriteSlots
+from convdb.infra import tracing
+from convdb.infra.errors import PublishError
+from convdb.infra.kafka import make_producer
+from convdb.infra.settings import Settings
 
 
 class AsyncAcks:

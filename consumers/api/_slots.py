@@ -13,7 +13,7 @@ import threading
 from contextvars import ContextVar
 from typing import Any
 
-from infra.errors import PublishError
+from convdb.infra.errors import PublishError
 
 _ACTING: ContextVar[list[str] | None] = ContextVar("convdb_api_acting_tenant", default=None)
 

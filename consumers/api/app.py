@@ -20,29 +20,29 @@ from fastapi.openapi.utils import get_openapi
 from fastapi.responses import JSONResponse
 from uvicorn.middleware.proxy_headers import ProxyHeadersMiddleware
 
-from consumers.api import observe
-from consumers.api._slots import TenantScope, WriteShareError
-from consumers.api.deps import ApiContext
-from consumers.api.params import Problem
-from consumers.errors import QueryInputError
-from consumers.store import lock_schema, open_engine
-from infra.errors import PublishError
-from infra.secrets import SecretsRegistry
-from infra.settings import Settings
-from projections.errors import QueryError
-from schemas import make_codec
+from convdb.consumers.api import observe
+from convdb.consumers.api._slots import TenantScope, WriteShareError
+from convdb.consumers.api.deps import ApiContext
+from convdb.consumers.api.params import Problem
+from convdb.consumers.errors import QueryInputError
+from convdb.consumers.store import lock_schema, open_engine
+from convdb.infra.errors import PublishError
+from convdb.infra.secrets import SecretsRegistry
+from convdb.infra.settings import Settings
+from convdb.projections.errors import QueryError
+from convdb.schemas import make_codec
 
 logger = logging.getLogger(__name__)
 
 ROUTERS: tuple[str, ...] = (
-    "consumers.api.conversations",
-    "consumers.api.events",
-    "consumers.api.messages",
-    "consumers.api.receipts",
-    "consumers.api.operations",
-    "consumers.api.observe",
-    "consumers.api.openhands",
-    "consumers.console",
+    "convdb.consumers.api.conversations",
+    "convdb.consumers.api.events",
+    "convdb.consumers.api.messages",
+    "convdb.consumers.api.receipts",
+    "convdb.consumers.api.operations",
+    "convdb.consumers.api.observe",
+    "convdb.consumers.api.openhands",
+    "convdb.consumers.console",
 )
 """Router modules included by default, in OpenAPI order."""
 
@@ -120,13 +120,13 @@ def _ensure_tables(url: str) -> None:
     # row) so that queries answer "nothing yet" instead of failing. A writer engine takes
     # SQLite's write lock at BEGIN, so this waits for a busy consumer instead of failing with
     # "database is locked" when a read snapshot would have to be upgraded.
-    from consumers.console.revoked import metadata as console_tables
-    from consumers.effects.tables import metadata as effects_tables
-    from consumers.index.tables import metadata as index_tables
-    from consumers.stats.projector import metadata as stats_tables
-    from consumers.store import metadata as offsets_tables
-    from consumers.titles.projector import metadata as titles_tables
-    from consumers.views.tables import metadata as views_tables
+    from convdb.consumers.console.revoked import metadata as console_tables
+    from convdb.consumers.effects.tables import metadata as effects_tables
+    from convdb.consumers.index.tables import metadata as index_tables
+    from convdb.consumers.stats.projector import metadata as stats_tables
+    from convdb.consumers.store import metadata as offsets_tables
+    from convdb.consumers.titles.projector import metadata as titles_tables
+    from convdb.consumers.views.tables import metadata as views_tables
 
     engine = open_engine(url)
     try:
@@ -160,7 +160,7 @@ async def _bad_request(_request: Request, exc: Exception) -> JSONResponse:
 class RefuseControlCharacters:
     """ASGI middleware: 400 for a URL whose path or query holds a control character.
 
-    No identifier, filter, cursor or time has one (`schemas.validation`); refusing them here,
+    No identifier, filter, cursor or time has one (`convdb.schemas.validation`); refusing them here,
     once, keeps them from every route, the console's included, and from every store query.
     """
 

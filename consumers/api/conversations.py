@@ -10,9 +10,9 @@ import sqlalchemy as sa
 from fastapi import APIRouter, HTTPException, Query
 from sqlalchemy.engine import Connection
 
-from consumers._rows import micros, payload_json
-from consumers.api.deps import Conn, Tenant
-from consumers.api.params import (
+from convdb.consumers._rows import micros, payload_json
+from convdb.consumers.api.deps import Conn, Tenant
+from convdb.consumers.api.params import (
     AUTHENTICATED,
     MAX_INT64,
     ConversationIdPath,
@@ -20,15 +20,15 @@ from consumers.api.params import (
     OffsetQuery,
     problems,
 )
-from consumers.errors import QueryInputError
-from consumers.stats import conversations as stats_table
-from consumers.stats import from_row
-from consumers.titles.projector import processors as titles_table
-from consumers.views import load_state
-from consumers.views.tables import conversations as views_table
-from consumers.views.tables import events as views_events
-from projections import stats, view
-from schemas.validation import shown
+from convdb.consumers.errors import QueryInputError
+from convdb.consumers.stats import conversations as stats_table
+from convdb.consumers.stats import from_row
+from convdb.consumers.titles.projector import processors as titles_table
+from convdb.consumers.views import load_state
+from convdb.consumers.views.tables import conversations as views_table
+from convdb.consumers.views.tables import events as views_events
+from convdb.projections import stats, view
+from convdb.schemas.validation import shown
 
 router = APIRouter(tags=["conversations"], responses=AUTHENTICATED)
 

@@ -13,15 +13,15 @@ from typing import Annotated, Any, TypeVar
 from fastapi import Depends, Header, HTTPException, Request
 from sqlalchemy.engine import Connection, Engine
 
-from consumers.api._slots import WriteSlots, act_for
-from consumers.api.auth import AuthThrottle, client_address
-from consumers.api.ownership import LogOwnership
-from infra.errors import PublishError
-from infra.producer import Delivery, DurableProducer
-from infra.secrets import SecretsRegistry
-from infra.settings import Settings
-from schemas import AvroModel, Codec
-from schemas.topics import Topic
+from convdb.consumers.api._slots import WriteSlots, act_for
+from convdb.consumers.api.auth import AuthThrottle, client_address
+from convdb.consumers.api.ownership import LogOwnership
+from convdb.infra.errors import PublishError
+from convdb.infra.producer import Delivery, DurableProducer
+from convdb.infra.secrets import SecretsRegistry
+from convdb.infra.settings import Settings
+from convdb.schemas import AvroModel, Codec
+from convdb.schemas.topics import Topic
 
 T = TypeVar("T")
 

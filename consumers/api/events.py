@@ -8,10 +8,10 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Query
 
-from consumers.api.deps import Conn, Tenant
-from consumers.api.params import AUTHENTICATED, ConversationIdQuery, KeysetQuery, LimitQuery
-from consumers.index import search
-from projections.index import SearchQuery
+from convdb.consumers.api.deps import Conn, Tenant
+from convdb.consumers.api.params import AUTHENTICATED, ConversationIdQuery, KeysetQuery, LimitQuery
+from convdb.consumers.index import search
+from convdb.projections.index import SearchQuery
 
 router = APIRouter(tags=["events"], responses=AUTHENTICATED)
 

@@ -10,12 +10,12 @@ from fastapi import APIRouter, HTTPException
 from fastapi.concurrency import run_in_threadpool
 from pydantic import BaseModel, ConfigDict
 
-from consumers.api.deps import ApiContext, Ctx, Tenant
-from consumers.api.ownership import OwnershipUnknownError
-from consumers.api.params import AUTHENTICATED, ConversationIdPath, MessageText, Sender, problems
-from schemas import InboxMessage
-from schemas._types import InboxCommand
-from schemas.topics import INBOX
+from convdb.consumers.api.deps import ApiContext, Ctx, Tenant
+from convdb.consumers.api.ownership import OwnershipUnknownError
+from convdb.consumers.api.params import AUTHENTICATED, ConversationIdPath, MessageText, Sender, problems
+from convdb.schemas import InboxMessage
+from convdb.schemas._types import InboxCommand
+from convdb.schemas.topics import INBOX
 
 router = APIRouter(tags=["messages"], responses={**AUTHENTICATED, **problems(404, 503)})
 

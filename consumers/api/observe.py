@@ -19,8 +19,8 @@ from opentelemetry.trace import SpanKind
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram, generate_latest
 from sqlalchemy.exc import SQLAlchemyError
 
-from infra import tracing
-from infra.ops import Report
+from convdb.infra import tracing
+from convdb.infra.ops import Report
 
 router = APIRouter(tags=["operations"])
 

@@ -1,7 +1,7 @@
 """The OpenHands agent-server's webhooks: event batches and conversation info, durable in the inbox.
 
 Point an agent-server at ``{convdb}/openhands/webhooks`` with the convdb API key in its webhook
-headers. A post is validated whole (`projections.openhands`), written to the inbox topic as
+headers. A post is validated whole (`convdb.projections.openhands`), written to the inbox topic as
 `ExternalBatch` records and answered 200 only once the broker acknowledged every record; the
 conversation's runner appends it (one writer per conversation), skipping event ids it holds,
 so the agent-server's retries of the same batch store nothing twice.
@@ -19,15 +19,15 @@ from fastapi import APIRouter, HTTPException, Request
 from fastapi.concurrency import run_in_threadpool
 from pydantic import BaseModel
 
-from consumers.api._acks import AsyncAcks
-from consumers.api._body import read_capped
-from consumers.api.deps import ApiContext, context
-from consumers.api.ownership import Claim, OwnershipUnknownError
-from infra.errors import PublishError
-from infra.json_redaction import redact_json
-from infra.limits import HEADROOM, record_limit
-from projections.errors import ForeignRecordError
-from projections.openhands import (
+from convdb.consumers.api._acks import AsyncAcks
+from convdb.consumers.api._body import read_capped
+from convdb.consumers.api.deps import ApiContext, context
+from convdb.consumers.api.ownership import Claim, OwnershipUnknownError
+from convdb.infra.errors import PublishError
+from convdb.infra.json_redaction import redact_json
+from convdb.infra.limits import HEADROOM, record_limit
+from convdb.projections.errors import ForeignRecordError
+from convdb.projections.openhands import (
     ORIGIN,
     Received,
     check_events,
@@ -36,8 +36,8 @@ from projections.openhands import (
     ingest,
     initial,
 )
-from schemas import ExternalBatch
-from schemas.topics import INBOX
+from convdb.schemas import ExternalBatch
+from convdb.schemas.topics import INBOX
 
 PREFIX = "/openhands/webhooks"
 """Base URL path of the webhook routes (the agent-server's webhook `base_url` ends with it)."""
@@ -215,7 +215,7 @@ def _split(text: str, events: list[dict[str, Any]], limit: int) -> list[str]:
 
 async def _check_owner(request: Request, ctx: ApiContext, cid: str, tenant_id: str) -> Claim | None:
     """404 unless the log says the conversation is this tenant's or nobody's yet: the rule every
-    post follows (`consumers.api.ownership`: the read side, then the log tails it has not folded).
+    post follows (`convdb.consumers.api.ownership`: the read side, then the log tails it has not folded).
 
     An owner never changes, so a found one is kept and a stream of batches costs one lookup per
     conversation. Returns the claim to confirm when nobody owned the conversation yet.

@@ -16,8 +16,8 @@ from fastapi import APIRouter, HTTPException
 from fastapi.concurrency import run_in_threadpool
 from pydantic import BaseModel, ConfigDict, Field
 
-from consumers.api.deps import ApiContext, Conn, Ctx, Tenant
-from consumers.api.params import (
+from convdb.consumers.api.deps import ApiContext, Conn, Ctx, Tenant
+from convdb.consumers.api.params import (
     AUTHENTICATED,
     ConversationIdPath,
     ConversationIdQuery,
@@ -27,7 +27,7 @@ from consumers.api.params import (
     OperationIdPath,
     problems,
 )
-from consumers.effects import (
+from convdb.consumers.effects import (
     conversation_status,
     counts_by_status,
     get_operation,
@@ -36,9 +36,9 @@ from consumers.effects import (
     operation_view,
     parked_receipts,
 )
-from projections.effects import OperationState, OperationStatus, transition_id
-from schemas import EffectResolved, InboxMessage
-from schemas.topics import EFFECTS, INBOX
+from convdb.projections.effects import OperationState, OperationStatus, transition_id
+from convdb.schemas import EffectResolved, InboxMessage
+from convdb.schemas.topics import EFFECTS, INBOX
 
 router = APIRouter(tags=["effects"], responses=AUTHENTICATED)
 

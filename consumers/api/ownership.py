@@ -24,15 +24,15 @@ from dataclasses import dataclass
 import sqlalchemy as sa
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
-from consumers.errors import ConsumerError
-from consumers.store import stored_offsets
-from consumers.views.tables import conversations as views_table
-from infra.kafka import make_consumer
-from infra.partitioner import partition_for
-from infra.settings import Settings
-from schemas import Codec
-from schemas.errors import SchemaError
-from schemas.topics import EVENTS, INBOX
+from convdb.consumers.errors import ConsumerError
+from convdb.consumers.store import stored_offsets
+from convdb.consumers.views.tables import conversations as views_table
+from convdb.infra.kafka import make_consumer
+from convdb.infra.partitioner import partition_for
+from convdb.infra.settings import Settings
+from convdb.schemas import Codec
+from convdb.schemas.errors import SchemaError
+from convdb.schemas.topics import EVENTS, INBOX
 
 COMMITTED_ATTEMPTS = 5
 """Tries at the runners' committed offset while the broker answers with a retriable error."""

@@ -1,4 +1,4 @@
-"""The API's parameter and body types: the rules of `schemas.validation`, declared once for OpenAPI.
+"""The API's parameter and body types: the rules of `convdb.schemas.validation`, declared once for OpenAPI.
 
 Every identifier the API takes (path, query, body) is one of these, so a control character, a
 lone surrogate or 10k characters answer 400 before anything reads the store or writes a topic,
@@ -13,7 +13,7 @@ from typing import Annotated, Any
 from fastapi import Path, Query
 from pydantic import AfterValidator, BaseModel, Field
 
-from schemas.validation import (
+from convdb.schemas.validation import (
     CONVERSATION_ID_PATTERN,
     ID_PATTERN,
     MAX_ID,

@@ -5,7 +5,7 @@ In this order, so that nothing unauthenticated is parsed and nothing unbounded i
 2. its signature is checked against each provider's secret (401 when none matches; failures
    count towards the client's authentication limit, 429);
 3. it is parsed and validated: the provider named must be the one whose secret signed it, ids
-   and texts follow `schemas.validation`, the timestamp lies within `api.receipt_window_s` in
+   and texts follow `convdb.schemas.validation`, the timestamp lies within `api.receipt_window_s` in
    the past and `api.receipt_skew_s` in the future (400);
 4. the operation must exist, belong to the tenant the receipt names, and be an operation of a
    tool bound to that provider (`api.receipt_tools`): 404 for an unknown or another tenant's
@@ -31,16 +31,16 @@ from fastapi import APIRouter, Header, HTTPException, Request
 from fastapi.concurrency import run_in_threadpool
 from pydantic import BaseModel, ConfigDict, Field
 
-from consumers.api._body import read_capped
-from consumers.api.deps import ApiContext, Ctx, client_address
-from consumers.api.params import problems
-from consumers.effects import get_operation
-from projections.effects import OperationState
-from schemas import Receipt
-from schemas._types import ReceiptStatus
-from schemas.errors import InvalidValueError
-from schemas.topics import RECEIPTS
-from schemas.validation import MAX_ID, check_id, check_operation_id, check_text, shown
+from convdb.consumers.api._body import read_capped
+from convdb.consumers.api.deps import ApiContext, Ctx, client_address
+from convdb.consumers.api.params import problems
+from convdb.consumers.effects import get_operation
+from convdb.projections.effects import OperationState
+from convdb.schemas import Receipt
+from convdb.schemas._types import ReceiptStatus
+from convdb.schemas.errors import InvalidValueError
+from convdb.schemas.topics import RECEIPTS
+from convdb.schemas.validation import MAX_ID, check_id, check_operation_id, check_text, shown
 
 router = APIRouter(tags=["effects"])
 

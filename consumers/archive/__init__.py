@@ -1,5 +1,5 @@
 """The S3 archive (DESIGN §9): the archive sink service, its reader, replay, audit and export."""
 
-from consumers.archive.service import ArchiveConsumer
+from convdb.consumers.archive.service import ArchiveConsumer
 
 __all__ = ["ArchiveConsumer"]

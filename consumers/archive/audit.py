@@ -14,11 +14,11 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 from sqlalchemy.exc import SQLAlchemyError
 
-from consumers.archive.errors import StoreUrlError
-from consumers.archive.export import Trajectory
-from consumers.base import Projector
-from consumers.store import projections
-from projections import view
+from convdb.consumers.archive.errors import StoreUrlError
+from convdb.consumers.archive.export import Trajectory
+from convdb.consumers.base import Projector
+from convdb.consumers.store import projections
+from convdb.projections import view
 
 
 @dataclass(frozen=True, order=True)

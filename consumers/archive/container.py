@@ -23,7 +23,7 @@ from typing import Any
 
 from fastavro import reader, writer
 
-from consumers.archive.errors import CorruptArchiveError
+from convdb.consumers.archive.errors import CorruptArchiveError
 
 ARCHIVED_RECORD_SCHEMA: dict[str, Any] = {
     "type": "record",

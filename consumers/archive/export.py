@@ -20,16 +20,16 @@ from typing import Any, Literal
 
 from fastavro import writer
 
-from consumers.archive.container import RawRecord
-from consumers.archive.reader import ArchiveReader
-from consumers.archive.sources import Segment, Window, read_kafka
-from infra.partitioner import partition_for
-from infra.reader import partition_extents
-from infra.settings import Settings
-from schemas import EVENT_TYPES, Codec, EventEnvelope
-from schemas.catalog import shipped_catalog
-from schemas.errors import SchemaError
-from schemas.topics import EVENTS
+from convdb.consumers.archive.container import RawRecord
+from convdb.consumers.archive.reader import ArchiveReader
+from convdb.consumers.archive.sources import Segment, Window, read_kafka
+from convdb.infra.partitioner import partition_for
+from convdb.infra.reader import partition_extents
+from convdb.infra.settings import Settings
+from convdb.schemas import EVENT_TYPES, Codec, EventEnvelope
+from convdb.schemas.catalog import shipped_catalog
+from convdb.schemas.errors import SchemaError
+from convdb.schemas.topics import EVENTS
 
 logger = logging.getLogger(__name__)
 

@@ -14,8 +14,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from consumers.archive.container import RawRecord
-from consumers.archive.errors import CorruptArchiveError
+from convdb.consumers.archive.container import RawRecord
+from convdb.consumers.archive.errors import CorruptArchiveError
 
 METADATA_LIMIT = 1500
 """Bytes of S3 user metadata we allow ourselves (the hard limit is 2 KB for all of it)."""

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
-from consumers.archive.sink import StoredObject
+from convdb.consumers.archive.sink import StoredObject
 
 
 class ArchiveMetrics:

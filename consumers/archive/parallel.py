@@ -18,7 +18,7 @@ from collections.abc import Callable
 from concurrent.futures import FIRST_EXCEPTION, Future, ProcessPoolExecutor, wait
 from typing import Any
 
-from consumers.archive.replay import (
+from convdb.consumers.archive.replay import (
     Progress,
     ReplayResult,
     build_indexes,
@@ -26,11 +26,16 @@ from consumers.archive.replay import (
     open_store,
     reset,
 )
-from consumers.archive.sources import Segment, Window
-from consumers.base import Projector
-from infra.settings import Settings
+from convdb.consumers.archive.sources import Segment, Window
+from convdb.consumers.base import Projector
+from convdb.infra.settings import Settings
 
-PRELOAD = ["consumers.archive.parallel", "consumers.plugins", "sqlalchemy.dialects.sqlite", "psycopg"]
+PRELOAD = [
+    "convdb.consumers.archive.parallel",
+    "convdb.consumers.plugins",
+    "sqlalchemy.dialects.sqlite",
+    "psycopg",
+]
 """Modules the fork server imports once, before forking any worker."""
 
 _progress: Any = None
@@ -114,9 +119,9 @@ def _load(
     window: Window,
     batch_size: int,
 ) -> ReplayResult:
-    from consumers.archive.reader import ArchiveReader
-    from consumers.archive.target import open_target
-    from schemas import make_codec
+    from convdb.consumers.archive.reader import ArchiveReader
+    from convdb.consumers.archive.target import open_target
+    from convdb.schemas import make_codec
 
     reader = None
     if any(s.source == "archive" for segs in segments.values() for s in segs):
@@ -125,9 +130,7 @@ def _load(
     engine = open_store(url)
     try:
         codec = make_codec(settings.schema_registry_url)
-        return load(
-            settings, make_projector(), engine, segments, window, codec, reader, _advance, batch_size
-        )
+        return load(settings, make_projector(), engine, segments, window, codec, reader, _advance, batch_size)
     finally:
         engine.dispose()
         if reader is not None:

@@ -7,12 +7,12 @@ from collections import deque
 from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 
-from consumers.archive import layout
-from consumers.archive.container import RawRecord, read_container
-from consumers.archive.errors import ArchiveError
-from consumers.archive.index import ObjectIndex
-from consumers.archive.target import ArchiveTarget
-from infra.partitioner import partition_for
+from convdb.consumers.archive import layout
+from convdb.consumers.archive.container import RawRecord, read_container
+from convdb.consumers.archive.errors import ArchiveError
+from convdb.consumers.archive.index import ObjectIndex
+from convdb.consumers.archive.target import ArchiveTarget
+from convdb.infra.partitioner import partition_for
 
 logger = logging.getLogger(__name__)
 

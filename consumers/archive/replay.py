@@ -1,7 +1,7 @@
 """Replay: rebuild a projection in a (shadow) store from Kafka, the archive, or both.
 
 Drives the projector through the same `Projector` contract and the same batch transaction
-as the live runner (`consumers._apply`: `apply` plus the consumed offsets), decodes with the
+as the live runner (`convdb.consumers._apply`: `apply` plus the consumed offsets), decodes with the
 same codec, and treats undecodable or rejected records as the runner does (they are skipped
 here; the runner sends them to the DLQ): a full replay therefore equals the live projection,
 and the shadow store can be promoted and resumed by the runner from its stored offsets.
@@ -18,22 +18,22 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import SQLAlchemyError
 
-from consumers._apply import apply_batch
-from consumers._gc import batch_done, batch_loop
-from consumers._isolate import is_infrastructure, refused, rolled_back
-from consumers._pipeline import StorePipeline
-from consumers._rows import key_of
-from consumers.archive.container import RawRecord
-from consumers.archive.errors import StoreUrlError
-from consumers.archive.reader import ArchiveReader
-from consumers.archive.sources import Segment, Source, Window, plan, read_segments
-from consumers.base import Batch, ConsumedRecord, Projector
-from consumers.errors import StoreError
-from consumers.store import metadata, offsets, open_engine, projections, upsert
-from infra.settings import Settings
-from schemas import Codec, SingleObjectCodec
-from schemas.errors import SchemaError
-from schemas.topics import Topic
+from convdb.consumers._apply import apply_batch
+from convdb.consumers._gc import batch_done, batch_loop
+from convdb.consumers._isolate import is_infrastructure, refused, rolled_back
+from convdb.consumers._pipeline import StorePipeline
+from convdb.consumers._rows import key_of
+from convdb.consumers.archive.container import RawRecord
+from convdb.consumers.archive.errors import StoreUrlError
+from convdb.consumers.archive.reader import ArchiveReader
+from convdb.consumers.archive.sources import Segment, Source, Window, plan, read_segments
+from convdb.consumers.base import Batch, ConsumedRecord, Projector
+from convdb.consumers.errors import StoreError
+from convdb.consumers.store import metadata, offsets, open_engine, projections, upsert
+from convdb.infra.settings import Settings
+from convdb.schemas import Codec, SingleObjectCodec
+from convdb.schemas.errors import SchemaError
+from convdb.schemas.topics import Topic
 
 logger = logging.getLogger(__name__)
 
@@ -263,7 +263,7 @@ def _apply(
                 applied, rejected = apply_batch(conn, [projector], namespace, Batch(batch), ends)
             break
         except Exception as exc:
-            # As the live runner (`consumers._commit`): the records the store refuses are left out.
+            # As the live runner (`convdb.consumers._commit`): the records the store refuses are left out.
             attempt = rolled_back(engine, [projector], namespace, ends)
             culprits = [] if is_infrastructure(exc) else refused(batch, attempt)
             if not culprits:

@@ -20,18 +20,18 @@ from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
 
-from consumers.archive.container import RawRecord
-from consumers.archive.errors import ArchiveError
-from consumers.archive.metrics import ArchiveMetrics
-from consumers.archive.sink import ArchiveSink, StoredObject
-from consumers.archive.target import ArchiveTarget, open_target
-from infra import tracing
-from infra.kafka import make_consumer
-from infra.liveness import AssignmentWatch
-from infra.ops import Health
-from infra.procs import on_stop_signal
-from infra.settings import Settings
-from schemas.topics import ALL_TOPICS
+from convdb.consumers.archive.container import RawRecord
+from convdb.consumers.archive.errors import ArchiveError
+from convdb.consumers.archive.metrics import ArchiveMetrics
+from convdb.consumers.archive.sink import ArchiveSink, StoredObject
+from convdb.consumers.archive.target import ArchiveTarget, open_target
+from convdb.infra import tracing
+from convdb.infra.kafka import make_consumer
+from convdb.infra.liveness import AssignmentWatch
+from convdb.infra.ops import Health
+from convdb.infra.procs import on_stop_signal
+from convdb.infra.settings import Settings
+from convdb.schemas.topics import ALL_TOPICS
 
 logger = logging.getLogger(__name__)
 

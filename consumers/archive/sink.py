@@ -20,12 +20,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TypeVar
 
-from consumers.archive import layout
-from consumers.archive.container import RawRecord, write_container
-from consumers.archive.errors import ArchiveError
-from consumers.archive.index import ObjectIndex
-from consumers.archive.target import ArchiveTarget
-from infra.settings import ArchiveSettings
+from convdb.consumers.archive import layout
+from convdb.consumers.archive.container import RawRecord, write_container
+from convdb.consumers.archive.errors import ArchiveError
+from convdb.consumers.archive.index import ObjectIndex
+from convdb.consumers.archive.target import ArchiveTarget
+from convdb.infra.settings import ArchiveSettings
 
 logger = logging.getLogger(__name__)
 

@@ -14,13 +14,13 @@ from typing import Any, Literal
 
 from confluent_kafka import KafkaError, TopicPartition
 
-from consumers.archive.container import RawRecord
-from consumers.archive.errors import OffsetRangeError
-from consumers.archive.reader import ArchiveReader
-from consumers.archive.service import raw_record
-from infra.errors import InfraError
-from infra.reader import partition_extents, reader_consumer
-from infra.settings import Settings
+from convdb.consumers.archive.container import RawRecord
+from convdb.consumers.archive.errors import OffsetRangeError
+from convdb.consumers.archive.reader import ArchiveReader
+from convdb.consumers.archive.service import raw_record
+from convdb.infra.errors import InfraError
+from convdb.infra.reader import partition_extents, reader_consumer
+from convdb.infra.settings import Settings
 
 Source = Literal["kafka", "archive", "auto"]
 

@@ -10,9 +10,9 @@ from pathlib import Path
 from typing import Any, Protocol
 from urllib.parse import urlparse
 
-from consumers.archive.errors import ArchiveError, ArchiveUrlError
-from infra.s3 import s3_client
-from infra.settings import Settings
+from convdb.consumers.archive.errors import ArchiveError, ArchiveUrlError
+from convdb.infra.s3 import s3_client
+from convdb.infra.settings import Settings
 
 logger = logging.getLogger(__name__)
 

@@ -8,7 +8,7 @@ API's own query functions.
 
 from fastapi import APIRouter
 
-from consumers.console import actions, live, pages
+from convdb.consumers.console import actions, live, pages
 
 router = APIRouter(include_in_schema=False)
 router.include_router(pages.router)

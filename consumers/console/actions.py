@@ -14,17 +14,17 @@ from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import Response
 from pydantic import ValidationError
 
-from consumers.api._slots import WriteShareError, act_for
-from consumers.api.auth import client_address
-from consumers.api.deps import Conn, context
-from consumers.api.messages import send_to_inbox
-from consumers.api.operations import Resolve, owned_operation, record_decision
-from consumers.console.render import form, redirect, render
-from consumers.console.session import COOKIE, LOGIN_COOKIE, ConsoleUser, same_token, set_cookie
-from consumers.console.web import console_state, current_user, error_page, login_redirect, signed_in
-from infra.errors import PublishError
-from schemas.errors import InvalidValueError
-from schemas.validation import check_operation_id, conversation_id_problem, shown, text_problem
+from convdb.consumers.api._slots import WriteShareError, act_for
+from convdb.consumers.api.auth import client_address
+from convdb.consumers.api.deps import Conn, context
+from convdb.consumers.api.messages import send_to_inbox
+from convdb.consumers.api.operations import Resolve, owned_operation, record_decision
+from convdb.consumers.console.render import form, redirect, render
+from convdb.consumers.console.session import COOKIE, LOGIN_COOKIE, ConsoleUser, same_token, set_cookie
+from convdb.consumers.console.web import console_state, current_user, error_page, login_redirect, signed_in
+from convdb.infra.errors import PublishError
+from convdb.schemas.errors import InvalidValueError
+from convdb.schemas.validation import check_operation_id, conversation_id_problem, shown, text_problem
 
 router = APIRouter(include_in_schema=False)
 

@@ -8,10 +8,10 @@ from typing import Any
 from fastapi import HTTPException
 from sqlalchemy.engine import Connection
 
-from consumers.api.conversations import branch_head
-from consumers.views import load_state
-from projections import view
-from projections.errors import ProjectionError
+from convdb.consumers.api.conversations import branch_head
+from convdb.consumers.views import load_state
+from convdb.projections import view
+from convdb.projections.errors import ProjectionError
 
 SHOWN = 200
 

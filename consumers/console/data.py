@@ -1,7 +1,7 @@
 """What each console page shows, read with the query API's own functions (same tenant scoping).
 
 Nothing here writes SQL of its own: conversations, views, search, operations and their ledger
-come from `consumers.api.*` and `consumers.effects` / `consumers.index` query functions, so the
+come from `consumers.api.*` and `convdb.consumers.effects` / `convdb.consumers.index` query functions, so the
 console and the JSON API can never disagree about what a tenant may see.
 """
 
@@ -15,23 +15,23 @@ from typing import Any
 from fastapi import HTTPException
 from sqlalchemy.engine import Connection
 
-from consumers.api.conversations import (
+from convdb.consumers.api.conversations import (
     branch_events,
     branch_head,
     conversation_page,
     get_conversation,
     get_view,
 )
-from consumers.console.chart import Chart, usage_chart
-from consumers.effects import (
+from convdb.consumers.console.chart import Chart, usage_chart
+from convdb.consumers.effects import (
     conversation_status,
     counts_by_conversation,
     list_operations,
     operation_ledger,
     operation_view,
 )
-from consumers.index import search
-from projections.index import SearchQuery
+from convdb.consumers.index import search
+from convdb.projections.index import SearchQuery
 
 TIMELINE_PAGE = 200
 """Timeline items rendered per page: a 10k-event conversation shows its last 200, then pages back."""

@@ -26,12 +26,12 @@ from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import PlainTextResponse, Response, StreamingResponse
 from sqlalchemy.engine import Connection, Engine
 
-from consumers.api.conversations import branch_events, branch_head, conversation_page
-from consumers.api.deps import context
-from consumers.console.render import fragment
-from consumers.console.session import ConsoleUser
-from consumers.console.web import ConsoleState, console_state, current_user
-from consumers.effects import conversation_status, counts_by_status
+from convdb.consumers.api.conversations import branch_events, branch_head, conversation_page
+from convdb.consumers.api.deps import context
+from convdb.consumers.console.render import fragment
+from convdb.consumers.console.session import ConsoleUser
+from convdb.consumers.console.web import ConsoleState, console_state, current_user
+from convdb.consumers.effects import conversation_status, counts_by_status
 
 router = APIRouter(include_in_schema=False)
 

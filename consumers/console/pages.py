@@ -9,13 +9,13 @@ from urllib.parse import quote, urlencode
 from fastapi import APIRouter, HTTPException, Query, Request
 from fastapi.responses import Response
 
-from consumers.api.conversations import branch_head
-from consumers.api.deps import Conn
-from consumers.console import data
-from consumers.console.branches import branch_tree
-from consumers.console.live import conversation_version, list_version
-from consumers.console.render import SECURITY_HEADERS, fragment, render
-from consumers.console.web import (
+from convdb.consumers.api.conversations import branch_head
+from convdb.consumers.api.deps import Conn
+from convdb.consumers.console import data
+from convdb.consumers.console.branches import branch_tree
+from convdb.consumers.console.live import conversation_version, list_version
+from convdb.consumers.console.render import SECURITY_HEADERS, fragment, render
+from convdb.consumers.console.web import (
     STATUSES,
     current_user,
     error_page,
@@ -25,7 +25,7 @@ from consumers.console.web import (
     parse_int,
     parse_time,
 )
-from consumers.errors import QueryInputError
+from convdb.consumers.errors import QueryInputError
 
 router = APIRouter(include_in_schema=False)
 
@@ -220,6 +220,6 @@ def static(name: str) -> Response:
     """The console's own script and style sheet (package data; no CDN)."""
     if name not in STATIC:
         raise HTTPException(404, "no such file")
-    body = resources.files("consumers.console").joinpath("static", name).read_bytes()
+    body = resources.files("convdb.consumers.console").joinpath("static", name).read_bytes()
     headers = {**SECURITY_HEADERS, "Cache-Control": "public, max-age=300"}
     return Response(body, media_type=STATIC[name], headers=headers)

@@ -16,7 +16,7 @@ from fastapi import HTTPException, Request
 from fastapi.responses import HTMLResponse, RedirectResponse
 from jinja2 import Environment, PackageLoader, select_autoescape
 
-from consumers.api._body import read_capped
+from convdb.consumers.api._body import read_capped
 
 MAX_FORM_BYTES = 256 * 1024
 """Largest POST body a console form may send (a message is at most 100k characters)."""
@@ -84,7 +84,7 @@ def _cost(value: float | None) -> str:
 
 def _environment() -> Environment:
     env = Environment(
-        loader=PackageLoader("consumers.console", "templates"),
+        loader=PackageLoader("convdb.consumers.console", "templates"),
         autoescape=select_autoescape(default=True, default_for_string=True),
         trim_blocks=True,
         lstrip_blocks=True,

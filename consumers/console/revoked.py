@@ -12,7 +12,7 @@ from __future__ import annotations
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
 
-from consumers.store import insert_ignore
+from convdb.consumers.store import insert_ignore
 
 metadata = sa.MetaData()
 

@@ -23,8 +23,8 @@ from fastapi import Request
 from fastapi.responses import Response
 from sqlalchemy.engine import Engine
 
-from consumers.console.revoked import is_revoked, revoke
-from infra.settings import ApiSettings
+from convdb.consumers.console.revoked import is_revoked, revoke
+from convdb.infra.settings import ApiSettings
 
 COOKIE = "convdb_session"
 LOGIN_COOKIE = "convdb_login"

@@ -12,11 +12,11 @@ from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import HTMLResponse, Response
 from sqlalchemy.engine import Connection
 
-from consumers.api.auth import SlidingWindow
-from consumers.api.deps import context
-from consumers.console.render import redirect, render
-from consumers.console.session import ConsoleUser, Sessions
-from consumers.effects import counts_by_status
+from convdb.consumers.api.auth import SlidingWindow
+from convdb.consumers.api.deps import context
+from convdb.consumers.console.render import redirect, render
+from convdb.consumers.console.session import ConsoleUser, Sessions
+from convdb.consumers.effects import counts_by_status
 
 STATUSES = (
     "idle",

@@ -1,7 +1,7 @@
 """The effects consumer: the ledger per operation, counts by status and the queue of unknowns."""
 
-from consumers.effects.projector import EffectsConsumer, load_operations, to_row
-from consumers.effects.queries import (
+from convdb.consumers.effects.projector import EffectsConsumer, load_operations, to_row
+from convdb.consumers.effects.queries import (
     conversation_status,
     counts_by_conversation,
     counts_by_status,

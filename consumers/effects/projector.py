@@ -1,9 +1,9 @@
-"""The effects consumer: folds `projections.effects` per operation into the store (DESIGN §8).
+"""The effects consumer: folds `convdb.projections.effects` per operation into the store (DESIGN §8).
 
 Reads the effects ledger, the events (intent of each action, observations, the run's status
 and the agent's answers) and provider receipts. A repeated ledger record (the at-least-once
 reconciler, a redelivery) is dropped by id, both by the fold and by the ledger table's key. An
-event is first folded into its conversation's chain (`consumers._chains`): one of another tenant,
+event is first folded into its conversation's chain (`convdb.consumers._chains`): one of another tenant,
 after a gap or at a seq taken by another event is refused, as by every other projection.
 """
 
@@ -14,14 +14,14 @@ from typing import Any
 
 from sqlalchemy.engine import Connection
 
-from consumers._chains import Chains
-from consumers._rows import micros
-from consumers.base import Batch, ConsumedRecord, DigestOf, Rejection, TableProjector, load_rows
-from consumers.effects.tables import chains, ledger, metadata, operations, runs
-from consumers.store import insert_ignore, upsert
-from projections import effects
-from schemas import ActionEvent, LedgerRecord, MessageEvent, StateUpdateEvent
-from schemas.topics import EFFECTS, EVENTS, RECEIPTS
+from convdb.consumers._chains import Chains
+from convdb.consumers._rows import micros
+from convdb.consumers.base import Batch, ConsumedRecord, DigestOf, Rejection, TableProjector, load_rows
+from convdb.consumers.effects.tables import chains, ledger, metadata, operations, runs
+from convdb.consumers.store import insert_ignore, upsert
+from convdb.projections import effects
+from convdb.schemas import ActionEvent, LedgerRecord, MessageEvent, StateUpdateEvent
+from convdb.schemas.topics import EFFECTS, EVENTS, RECEIPTS
 
 
 class EffectsConsumer(TableProjector):

@@ -8,9 +8,9 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
-from consumers._rows import from_micros
-from consumers.effects.tables import ledger, operations, runs
-from projections.effects import OperationState, OperationStatus
+from convdb.consumers._rows import from_micros
+from convdb.consumers.effects.tables import ledger, operations, runs
+from convdb.projections.effects import OperationState, OperationStatus
 
 RUN_STOPPED = frozenset(
     {"idle", "paused", "waiting_for_confirmation", "waiting_for_human", "finished", "error", "stuck"}

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import sqlalchemy as sa
 
-from consumers._chains import chain_table
-from schemas.validation import MAX_ID, MAX_OPERATION_ID
+from convdb.consumers._chains import chain_table
+from convdb.schemas.validation import MAX_ID, MAX_OPERATION_ID
 
 metadata = sa.MetaData()
 
@@ -59,4 +59,4 @@ runs = sa.Table(
 """Per conversation, what the log says about the run (agent answer, run loop status)."""
 
 chains = chain_table("effects_conversations", metadata)
-"""Per conversation, its chain (`projections.chain`): the events the effects fold admits."""
+"""Per conversation, its chain (`convdb.projections.chain`): the events the effects fold admits."""

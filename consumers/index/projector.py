@@ -1,6 +1,6 @@
 """The index consumer: every event as one row, for keyset-paginated search (DESIGN §8).
 
-Each event is first folded into its conversation's `projections.chain` (a small row per
+Each event is first folded into its conversation's `convdb.projections.chain` (a small row per
 conversation): an event of another tenant, after a gap, or at a seq the log already gave to
 another event is refused (to the DLQ) as by every other projection, and a redelivery is skipped.
 Whether an event at an earlier seq is a redelivery is told from the ids stored at that seq.
@@ -14,13 +14,13 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
-from consumers._chains import Chains
-from consumers._rows import micros
-from consumers.base import Batch, ConsumedRecord, DigestOf, Rejection, TableProjector
-from consumers.index.tables import COLUMNS, KEY, conversations, events, metadata
-from consumers.store import bulk_insert
-from projections import chain
-from projections.errors import ProjectionError
+from convdb.consumers._chains import Chains
+from convdb.consumers._rows import micros
+from convdb.consumers.base import Batch, ConsumedRecord, DigestOf, Rejection, TableProjector
+from convdb.consumers.index.tables import COLUMNS, KEY, conversations, events, metadata
+from convdb.consumers.store import bulk_insert
+from convdb.projections import chain
+from convdb.projections.errors import ProjectionError
 
 
 class IndexConsumer(TableProjector):
@@ -108,7 +108,7 @@ def _stored_ids(connection: Connection, state: chain.Chain, seqs: list[int]) -> 
 def row_of(record: ConsumedRecord, batch: Batch) -> tuple[Any, ...]:
     """The row of one event record, in `COLUMNS` order.
 
-    The columns are those of `projections.index.index_row` but its text, which a search
+    The columns are those of `convdb.projections.index.index_row` but its text, which a search
     derives from the payload; the payload is the record's Avro bytes, as they arrived.
     """
     e: Any = record.value

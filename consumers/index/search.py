@@ -1,4 +1,4 @@
-"""Keyset search over `index_events` for a `projections.index.SearchQuery`: O(log N + page).
+"""Keyset search over `index_events` for a `convdb.projections.index.SearchQuery`: O(log N + page).
 
 The order is the projection's keyset (timestamp, conversation_id, seq, event_id). Each
 (kind, source) combination asked for is one index range scan of at most `limit + 1` rows;
@@ -16,11 +16,11 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
-from consumers._rows import event_from_payload, from_micros, micros
-from consumers.errors import QueryInputError
-from consumers.index.tables import COLUMNS, events
-from projections._text import shorten
-from projections.index import TEXT_LIMIT, Cursor, SearchQuery, describe, encode_cursor
+from convdb.consumers._rows import event_from_payload, from_micros, micros
+from convdb.consumers.errors import QueryInputError
+from convdb.consumers.index.tables import COLUMNS, events
+from convdb.projections._text import shorten
+from convdb.projections.index import TEXT_LIMIT, Cursor, SearchQuery, describe, encode_cursor
 
 MAX_COMBINATIONS = 32
 """Most (kind, source) pairs one search may ask for (each is one index range scan)."""

@@ -1,6 +1,6 @@
 """The event index table and the composite indexes that make keyset search O(log N + page).
 
-Every search orders by the keyset of `projections.index` — (timestamp, conversation_id, seq,
+Every search orders by the keyset of `convdb.projections.index` — (timestamp, conversation_id, seq,
 event_id), unique, so a cursor is a total position —
 and each supported filter has an index whose columns are the equality filters followed by that
 order, so a page is one index range scan that stops after `limit` rows. The unique
@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import sqlalchemy as sa
 
-from consumers._chains import chain_table
+from convdb.consumers._chains import chain_table
 
 metadata = sa.MetaData()
 
@@ -45,7 +45,7 @@ events = sa.Table(
 """Every event, once, with the columns search filters on."""
 
 conversations = chain_table("index_conversations", metadata)
-"""Per conversation, its chain as the log decided it (`projections.chain`): what the index admits."""
+"""Per conversation, its chain as the log decided it (`convdb.projections.chain`): what the index admits."""
 
 KEY = ("tenant_id", "conversation_id", "timestamp_us", "seq", "event_id")
 """The unique key: a re-delivered event is skipped on it."""

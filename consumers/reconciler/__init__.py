@@ -1,8 +1,8 @@
 """The effect reconciler: a faust-streaming app over events, effects and receipts (DESIGN §7)."""
 
-from consumers.reconciler.app import CHANGELOG, INPUTS, Worker, build_app, faust_config
-from consumers.reconciler.core import Reconciler
-from consumers.reconciler.resolvers import Resolver, ResolverUnavailableError, load_resolvers
+from convdb.consumers.reconciler.app import CHANGELOG, INPUTS, Worker, build_app, faust_config
+from convdb.consumers.reconciler.core import Reconciler
+from convdb.consumers.reconciler.resolvers import Resolver, ResolverUnavailableError, load_resolvers
 
 __all__ = [
     "CHANGELOG",

@@ -21,14 +21,14 @@ from typing import Any
 import faust
 from aiokafka.structs import TopicPartition
 
-from consumers.reconciler.core import Reconciler
-from consumers.reconciler.resolvers import Resolver, load_resolvers
-from infra.capabilities import capabilities
-from infra.kafka import group_timeouts_ms
-from infra.procs import exit_after
-from infra.settings import Settings
-from schemas import make_codec
-from schemas.topics import DLQ, EFFECTS, EVENTS, RECEIPTS, Topic
+from convdb.consumers.reconciler.core import Reconciler
+from convdb.consumers.reconciler.resolvers import Resolver, load_resolvers
+from convdb.infra.capabilities import capabilities
+from convdb.infra.kafka import group_timeouts_ms
+from convdb.infra.procs import exit_after
+from convdb.infra.settings import Settings
+from convdb.schemas import make_codec
+from convdb.schemas.topics import DLQ, EFFECTS, EVENTS, RECEIPTS, Topic
 
 logger = logging.getLogger(__name__)
 
@@ -159,7 +159,7 @@ def build_app(settings: Settings, resolvers: Mapping[str, Resolver] | None = Non
 
 class Worker(faust.Worker):
     """faust's worker with a bounded stop: told to stop by a signal, it ends the process
-    `stop_grace_s` later if it still runs (`infra.procs.exit_after`). aiokafka's commit and group
+    `stop_grace_s` later if it still runs (`convdb.infra.procs.exit_after`). aiokafka's commit and group
     leave wait for ever when every broker is gone, and an orphaned reconciler used to spin."""
 
     def __init__(self, app: faust.App, *, stop_grace_s: float, **kwargs: Any) -> None:

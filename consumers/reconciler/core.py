@@ -17,17 +17,17 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from consumers.dlq import error_headers
-from consumers.reconciler.metrics import ReconcilerMetrics
-from consumers.reconciler.resolvers import Resolver
-from infra import tracing
-from infra.ops import Health
-from infra.settings import Settings
-from projections import effects
-from projections.effects import LookupResult, OperationState
-from schemas import ActionEvent, Codec, LedgerRecord, ObservationEvent, Receipt
-from schemas.errors import InvalidRecordError, SchemaError
-from schemas.records import LEDGER_TYPES
+from convdb.consumers.dlq import error_headers
+from convdb.consumers.reconciler.metrics import ReconcilerMetrics
+from convdb.consumers.reconciler.resolvers import Resolver
+from convdb.infra import tracing
+from convdb.infra.ops import Health
+from convdb.infra.settings import Settings
+from convdb.projections import effects
+from convdb.projections.effects import LookupResult, OperationState
+from convdb.schemas import ActionEvent, Codec, LedgerRecord, ObservationEvent, Receipt
+from convdb.schemas.errors import InvalidRecordError, SchemaError
+from convdb.schemas.records import LEDGER_TYPES
 
 logger = logging.getLogger(__name__)
 

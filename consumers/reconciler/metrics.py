@@ -8,9 +8,9 @@ from typing import get_args
 
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
-from projections.operation import OperationState, OperationStatus
-from projections.settlement import LookupResult
-from schemas.records import LEDGER_TYPES
+from convdb.projections.operation import OperationState, OperationStatus
+from convdb.projections.settlement import LookupResult
+from convdb.schemas.records import LEDGER_TYPES
 
 
 class ReconcilerMetrics:

@@ -10,7 +10,7 @@ without touching convdb:
     charge_card = "mypkg.payments:ChargeResolver"
 
 The built-in `create_issue` resolver is the tracker tool's own lookup
-(`producers.tools.tracker:tracker_resolver`), so the runtime and the reconciler ask the provider
+(`convdb.producers.tools.tracker:tracker_resolver`), so the runtime and the reconciler ask the provider
 with one implementation. `lookup` is synchronous (the reconciler runs it in a thread) and never
 raises for a provider that cannot tell: it answers `unknown` with the reason.
 """
@@ -21,9 +21,9 @@ import logging
 from importlib.metadata import entry_points
 from typing import Protocol
 
-from consumers.errors import PluginError
-from infra.settings import Settings
-from projections.effects import LookupResult, OperationState
+from convdb.consumers.errors import PluginError
+from convdb.infra.settings import Settings
+from convdb.projections.effects import LookupResult, OperationState
 
 logger = logging.getLogger(__name__)
 

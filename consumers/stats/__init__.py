@@ -1,5 +1,5 @@
 """The stats consumer: per-conversation statistics in the store."""
 
-from consumers.stats.projector import StatsConsumer, conversations, from_row, load_states, to_row
+from convdb.consumers.stats.projector import StatsConsumer, conversations, from_row, load_states, to_row
 
 __all__ = ["StatsConsumer", "conversations", "from_row", "load_states", "to_row"]

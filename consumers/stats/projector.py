@@ -1,4 +1,4 @@
-"""The stats consumer: `projections.stats` per conversation, one row each (DESIGN §8)."""
+"""The stats consumer: `convdb.projections.stats` per conversation, one row each (DESIGN §8)."""
 
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
-from consumers._rows import from_micros, micros
-from consumers.base import Change, ConversationProjector, DigestOf, Fold, load_rows
-from projections import stats
+from convdb.consumers._rows import from_micros, micros
+from convdb.consumers.base import Change, ConversationProjector, DigestOf, Fold, load_rows
+from convdb.projections import stats
 
 metadata = sa.MetaData()
 

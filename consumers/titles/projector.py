@@ -1,4 +1,4 @@
-"""The titles consumer: `projections.titles` processors in the store, plus the LLM-title effect.
+"""The titles consumer: `convdb.projections.titles` processors in the store, plus the LLM-title effect.
 
 The fold (in `apply`) only records titles that are in the log. When a processor wants an LLM
 title and the consumer is caught up with the conversation's partition, `after_commit` (outside
@@ -17,10 +17,10 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
 
-from consumers.base import Batch, Change, ConversationProjector, DigestOf, Fold, load_rows
-from consumers.titles.service import TitleService
-from infra.settings import Settings
-from projections import titles
+from convdb.consumers.base import Batch, Change, ConversationProjector, DigestOf, Fold, load_rows
+from convdb.consumers.titles.service import TitleService
+from convdb.infra.settings import Settings
+from convdb.projections import titles
 
 logger = logging.getLogger(__name__)
 

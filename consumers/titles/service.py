@@ -14,13 +14,13 @@ from datetime import UTC, datetime
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
-from infra.errors import PublishError
-from infra.producer import DurableProducer
-from infra.settings import Settings
-from projections import titles
-from schemas import TitleEvent, make_codec
-from schemas._types import TitleOrigin
-from schemas.topics import EVENTS
+from convdb.infra.errors import PublishError
+from convdb.infra.producer import DurableProducer
+from convdb.infra.settings import Settings
+from convdb.projections import titles
+from convdb.schemas import TitleEvent, make_codec
+from convdb.schemas._types import TitleOrigin
+from convdb.schemas.topics import EVENTS
 
 logger = logging.getLogger(__name__)
 
@@ -65,7 +65,7 @@ class TitleService:
 
         Returns the conversations whose call failed and that may be tried again.
         """
-        from consumers.titles.projector import load_states
+        from convdb.consumers.titles.projector import load_states
 
         with engine.connect() as conn:
             states = load_states(conn, conversation_ids)
@@ -86,7 +86,7 @@ class TitleService:
 
     def _make_title(self, engine: Engine, conv: str, tenant: str, state: titles.TitleProcessor) -> bool:
         """Call the LLM for one title and publish it (or give up); True to try again later."""
-        from consumers.titles.projector import processors
+        from convdb.consumers.titles.projector import processors
 
         try:
             self.calls += 1

@@ -1,5 +1,5 @@
 """The views consumer: the active branch of every conversation, in the store."""
 
-from consumers.views.projector import ViewsConsumer, load_state
+from convdb.consumers.views.projector import ViewsConsumer, load_state
 
 __all__ = ["ViewsConsumer", "load_state"]

@@ -1,6 +1,6 @@
-"""The views consumer: folds `projections.view` per conversation and keeps its rows current.
+"""The views consumer: folds `convdb.projections.view` per conversation and keeps its rows current.
 
-Per batch, each touched conversation's stored row is its view's tip (`projections.view_tip`).
+Per batch, each touched conversation's stored row is its view's tip (`convdb.projections.view_tip`).
 A run of plain tail appends, nearly every run, extends the tip and appends the log entries:
 no full `ViewState` is needed, so memory does not grow with the events consumed. Any other
 run (a branch switch, fork or condensation, a redelivery, a gap) folds the full state, which
@@ -27,15 +27,23 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
-from consumers._rows import event_from_payload, micros
-from consumers.base import Batch, ConsumedRecord, Fold, Rejection, TableProjector, fold_records, load_rows
-from consumers.errors import StoredViewError
-from consumers.store import bulk_insert, upsert
-from consumers.views.tables import EVENT_COLUMNS, conversations, events, metadata
-from infra.settings import Settings
-from projections import view
-from projections.errors import ProjectionError
-from projections.view_tip import Tip, extend_tip, tip
+from convdb.consumers._rows import event_from_payload, micros
+from convdb.consumers.base import (
+    Batch,
+    ConsumedRecord,
+    Fold,
+    Rejection,
+    TableProjector,
+    fold_records,
+    load_rows,
+)
+from convdb.consumers.errors import StoredViewError
+from convdb.consumers.store import bulk_insert, upsert
+from convdb.consumers.views.tables import EVENT_COLUMNS, conversations, events, metadata
+from convdb.infra.settings import Settings
+from convdb.projections import view
+from convdb.projections.errors import ProjectionError
+from convdb.projections.view_tip import Tip, extend_tip, tip
 
 
 @dataclass(slots=True)
@@ -159,9 +167,13 @@ class ViewsConsumer(TableProjector):
         heads = {
             r.conversation_id: r
             for r in connection.execute(
-                sa.select(conversations.c.conversation_id, conversations.c.last_seq,
-                          conversations.c.active_leaf, conversations.c.branch,
-                          conversations.c.branch_length)  # fmt: skip
+                sa.select(
+                    conversations.c.conversation_id,
+                    conversations.c.last_seq,
+                    conversations.c.active_leaf,
+                    conversations.c.branch,
+                    conversations.c.branch_length,
+                )  # fmt: skip
             )
         }
         query = sa.select(events.c.conversation_id, events.c.position, events.c.event_id).order_by(

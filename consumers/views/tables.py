@@ -3,7 +3,7 @@
 The active branch is stored as segments of log positions (`[[first, last], ...]`): a linear
 conversation is one segment however long it is, so a tail append rewrites one small row
 instead of inserting a branch row per event. The row is also the view's tip
-(`projections.view_tip`), which is all a run of tail appends needs.
+(`convdb.projections.view_tip`), which is all a run of tail appends needs.
 """
 
 from __future__ import annotations

@@ -18,18 +18,18 @@ from typing import ClassVar
 
 from pydantic import Field
 
-from infra.cli.run import broker_for, send_task
-from infra.settings import Settings
-from producers.agent import Agent
-from producers.errors import EffectError
-from producers.fleet import FleetContext, SnapshotStore, serve_until
-from producers.llm import make_llm
-from producers.runtime import Runtime
-from producers.status import STOP_STATUSES
-from producers.tools import Operation, Tool, ToolResult
-from producers.tools.base import ToolArgs
-from schemas import make_codec
-from schemas._types import EffectClass
+from convdb.infra.cli.run import broker_for, send_task
+from convdb.infra.settings import Settings
+from convdb.producers.agent import Agent
+from convdb.producers.errors import EffectError
+from convdb.producers.fleet import FleetContext, SnapshotStore, serve_until
+from convdb.producers.llm import make_llm
+from convdb.producers.runtime import Runtime
+from convdb.producers.status import STOP_STATUSES
+from convdb.producers.tools import Operation, Tool, ToolResult
+from convdb.producers.tools.base import ToolArgs
+from convdb.schemas import make_codec
+from convdb.schemas._types import EffectClass
 
 
 class NoteArgs(ToolArgs):

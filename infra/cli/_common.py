@@ -9,21 +9,15 @@ from pathlib import Path
 
 from pydantic import SecretStr
 
-from infra import devstack
-from infra.errors import NoBrokerError
-from infra.secrets import SecretsFileError, load_secrets_file, registry_for
-from infra.settings import Settings
-from schemas.errors import ConvdbError, InvalidValueError
-from schemas.validation import check_conversation_id, check_id, shown
+from convdb.infra.errors import NoBrokerError
+from convdb.infra.secrets import SecretsFileError, load_secrets_file, registry_for
+from convdb.infra.settings import Settings
+from convdb.schemas.errors import ConvdbError, InvalidValueError
+from convdb.schemas.validation import check_conversation_id, check_id, shown
 
 
 class UsageError(ConvdbError):
     """A command was given bad arguments; the CLI prints the message and exits 2."""
-
-
-def load_settings() -> Settings:
-    """Settings from the environment, pointed at the dev stack when no broker is configured."""
-    return devstack.resolve(Settings())
 
 
 def require_broker(settings: Settings) -> Settings:
@@ -111,7 +105,7 @@ port_or_zero = bounded(0, 65535)
 
 
 def identifier(text: str) -> str:
-    """argparse type: an identifier (tenant, sender; `schemas.validation`)."""
+    """argparse type: an identifier (tenant, sender; `convdb.schemas.validation`)."""
     try:
         return check_id(text, "the id")
     except InvalidValueError as exc:
@@ -119,7 +113,7 @@ def identifier(text: str) -> str:
 
 
 def conversation_id(text: str) -> str:
-    """argparse type: a conversation id (`schemas.validation`)."""
+    """argparse type: a conversation id (`convdb.schemas.validation`)."""
     try:
         return check_conversation_id(text)
     except InvalidValueError as exc:

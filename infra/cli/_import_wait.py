@@ -13,12 +13,12 @@ from collections import defaultdict
 
 from confluent_kafka import Consumer, TopicPartition
 
-from infra.dlq import ERROR_CLASS, ERROR_MESSAGE, ORIGINAL_OFFSET, ORIGINAL_PARTITION, ORIGINAL_TOPIC
-from infra.kafka import common_config
-from infra.partitioner import partition_for
-from infra.reader import partition_extents, read_to_end
-from infra.settings import Settings
-from schemas.topics import DLQ, INBOX
+from convdb.infra.dlq import ERROR_CLASS, ERROR_MESSAGE, ORIGINAL_OFFSET, ORIGINAL_PARTITION, ORIGINAL_TOPIC
+from convdb.infra.kafka import common_config
+from convdb.infra.partitioner import partition_for
+from convdb.infra.reader import partition_extents, read_to_end
+from convdb.infra.settings import Settings
+from convdb.schemas.topics import DLQ, INBOX
 
 Sent = list[tuple[int, int]]
 """Where an import's records of one conversation landed in the inbox: (partition, offset)."""

@@ -5,13 +5,14 @@ from __future__ import annotations
 import argparse
 import json
 
-from consumers.archive import audit
-from consumers.archive.errors import StoreUrlError
-from consumers.archive.replay import open_store
-from infra.cli._common import MAX_INT64, UsageError, conversation_id, iso_timestamp, load_settings
-from infra.cli.export import trajectory
-from infra.cli.replay import load_projector
-from projections import view
+from convdb.consumers.archive import audit
+from convdb.consumers.archive.errors import StoreUrlError
+from convdb.consumers.archive.replay import open_store
+from convdb.infra.cli._common import MAX_INT64, UsageError, conversation_id, iso_timestamp
+from convdb.infra.cli.export import trajectory
+from convdb.infra.cli.replay import load_projector
+from convdb.infra.connection import load_settings
+from convdb.projections import view
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

@@ -6,13 +6,14 @@ import argparse
 import logging
 import threading
 
-from consumers import plugins
-from consumers.errors import PluginError
-from consumers.runner import Runner
-from infra.cli._common import UsageError, load_settings, port_or_zero, positive, require_broker
-from infra.ops import OpsServer, start_ops
-from infra.procs import on_stop_signal
-from infra.settings import Settings
+from convdb.consumers import plugins
+from convdb.consumers.errors import PluginError
+from convdb.consumers.runner import Runner
+from convdb.infra.cli._common import UsageError, port_or_zero, positive, require_broker
+from convdb.infra.connection import load_settings
+from convdb.infra.ops import OpsServer, start_ops
+from convdb.infra.procs import on_stop_signal
+from convdb.infra.settings import Settings
 
 logger = logging.getLogger(__name__)
 

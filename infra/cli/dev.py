@@ -1,13 +1,17 @@
-"""`convdb dev up|down|status`: a local broker (embedded or Apache Kafka) and S3 in the background."""
+"""`convdb dev up|down|status`: a local broker (embedded or Apache Kafka) and S3 in the background;
+`convdb dev tracker`: the demo's issue tracker (a real HTTP provider honouring idempotency keys)."""
 
 from __future__ import annotations
 
 import argparse
 import json
+import signal
+import threading
 
-from infra import devstack
-from infra.cli._common import UsageError
-from infra.settings import Settings
+from convdb.infra.cli._common import UsageError
+from convdb.infra.connection import DevStack, read_stack, stack_file
+from convdb.infra.dev import devstack
+from convdb.infra.settings import Settings
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -29,6 +33,13 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p_up.set_defaults(func=_up)
     actions.add_parser("down", help="stop them").set_defaults(func=_down)
     actions.add_parser("status", help="show what runs and where").set_defaults(func=_status)
+    p_tracker = actions.add_parser("tracker", help="run the demo's issue tracker until SIGTERM")
+    p_tracker.add_argument("--port", type=int, required=True)
+    p_tracker.add_argument("--host", default="127.0.0.1", help="bind address (0.0.0.0 in a container)")
+    p_tracker.add_argument("--receipts-url", help="POST a signed receipt here after each issue")
+    p_tracker.add_argument("--provider-name", default="tracker")
+    p_tracker.add_argument("--receipt-secret", default="", help="HMAC-SHA256 key for receipts")
+    p_tracker.set_defaults(func=_tracker)
 
 
 def _up(args: argparse.Namespace) -> int:
@@ -48,7 +59,7 @@ def _down(_: argparse.Namespace) -> int:
 
 def _status(_: argparse.Namespace) -> int:
     settings = Settings()
-    stack = devstack.read_stack(settings)
+    stack = read_stack(settings)
     if stack is None:
         print(json.dumps({"state": "down"}))
         return 1
@@ -56,8 +67,29 @@ def _status(_: argparse.Namespace) -> int:
     return 0 if stack.alive else 1
 
 
-def _print_state(settings: Settings, stack: devstack.DevStack) -> None:
+def _print_state(settings: Settings, stack: DevStack) -> None:
     """One JSON object, the same from `up` and `status`: state, addresses, pids, info file."""
     state = "up" if stack.alive else "dead (run `convdb dev down`, then `convdb dev up`)"
-    info = str(devstack.stack_file(settings))
+    info = str(stack_file(settings))
     print(json.dumps({"state": state, **stack.__dict__, "info": info}, indent=2))
+
+
+def _tracker(args: argparse.Namespace) -> int:
+    from convdb.infra.dev.tracker.server import ProviderState, ReceiptTarget, make_server
+
+    receipts = (
+        ReceiptTarget(args.receipts_url, args.provider_name, args.receipt_secret)
+        if args.receipts_url
+        else None
+    )
+    server = make_server(args.port, ProviderState(receipts=receipts), args.host)
+
+    def stop(*_: object) -> None:
+        threading.Thread(target=server.shutdown, daemon=True).start()
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    print(f"tracker ready on http://{args.host}:{args.port}", flush=True)
+    server.serve_forever(poll_interval=0.2)
+    server.server_close()
+    return 0

@@ -8,11 +8,12 @@ import sys
 import uuid
 from pathlib import Path
 
-from consumers.archive import export
-from infra.cli._common import UsageError, conversation_id, load_settings, require_broker
-from infra.cli.replay import open_reader
-from infra.settings import Settings
-from schemas import make_codec
+from convdb.consumers.archive import export
+from convdb.infra.cli._common import UsageError, conversation_id, require_broker
+from convdb.infra.cli.replay import open_reader
+from convdb.infra.connection import load_settings
+from convdb.infra.settings import Settings
+from convdb.schemas import make_codec
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -67,8 +68,8 @@ def _export(args: argparse.Namespace) -> int:
 
 
 def _export_openhands(args: argparse.Namespace) -> int:
-    from infra.cli.openhands import write_conversation
-    from projections.openhands import export as to_openhands
+    from convdb.infra.cli.openhands import write_conversation
+    from convdb.projections.openhands import export as to_openhands
 
     root = Path(args.directory) if args.directory else args.output
     if root is None:

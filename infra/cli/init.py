@@ -6,12 +6,13 @@ import argparse
 from pathlib import Path
 from urllib.parse import urlparse
 
-from infra.cli._common import load_settings, refuse_sample_credentials, require_broker
-from infra.errors import InfraError
-from infra.kafka import apply_topics
-from infra.s3 import s3_client
-from infra.settings import Settings
-from schemas.topics import ALL_TOPICS
+from convdb.infra.cli._common import refuse_sample_credentials, require_broker
+from convdb.infra.connection import load_settings
+from convdb.infra.errors import InfraError
+from convdb.infra.kafka import apply_topics
+from convdb.infra.s3 import s3_client
+from convdb.infra.settings import Settings
+from convdb.schemas.topics import ALL_TOPICS
 
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -27,7 +28,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
 
 
 def _init(_: argparse.Namespace) -> int:
-    from consumers.reconciler import CHANGELOG  # imports faust: only this command needs it
+    from convdb.consumers.reconciler import CHANGELOG  # imports faust: only this command needs it
 
     settings = require_broker(load_settings())
     refuse_sample_credentials(settings, serving_api=False)

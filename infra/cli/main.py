@@ -17,27 +17,27 @@ from confluent_kafka import KafkaException
 from pydantic import ValidationError
 from pydantic_settings import SettingsError
 
-from infra.cli._common import UsageError
-from infra.logs import configure_logging
-from infra.settings import Settings
-from infra.tracing import setup_tracing
-from schemas.errors import ConvdbError
+from convdb.infra.cli._common import UsageError
+from convdb.infra.logs import configure_logging
+from convdb.infra.settings import Settings
+from convdb.infra.tracing import setup_tracing
+from convdb.schemas.errors import ConvdbError
 
 COMMAND_MODULES = (
-    "infra.cli.dev",
-    "infra.cli.topics",
-    "infra.cli.init",
-    "infra.cli.tail",
-    "infra.cli.run",
-    "infra.cli.demo",
-    "infra.cli.consume",
-    "infra.cli.serve",
-    "infra.cli.replay",
-    "infra.cli.audit",
-    "infra.cli.export",
-    "infra.cli.openhands",
-    "infra.cli.reconcile",
-    "infra.cli.runner",
+    "convdb.infra.cli.dev",
+    "convdb.infra.cli.topics",
+    "convdb.infra.cli.init",
+    "convdb.infra.cli.tail",
+    "convdb.infra.cli.run",
+    "convdb.infra.cli.demo",
+    "convdb.infra.cli.consume",
+    "convdb.infra.cli.serve",
+    "convdb.infra.cli.replay",
+    "convdb.infra.cli.audit",
+    "convdb.infra.cli.export",
+    "convdb.infra.cli.openhands",
+    "convdb.infra.cli.reconcile",
+    "convdb.infra.cli.runner",
 )
 """Modules that register subcommands, in help order; each has `register(subparsers)`."""
 

@@ -20,24 +20,30 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from infra.cli._common import (
+from convdb.infra.cli._common import (
     SECRETS_FILE_HELP,
     UsageError,
     identifier,
-    load_settings,
     require_broker,
     with_secrets_file,
 )
-from infra.cli._import_wait import InboxWatch
-from infra.json_redaction import redact_json
-from infra.producer import DurableProducer
-from infra.secrets import SecretsRegistry, registry_for
-from infra.settings import Settings
-from projections.errors import ForeignRecordError
-from projections.openhands import ORIGIN, OpenHandsConversation, check_events, check_record, conversation_key
-from schemas import ExternalBatch, make_codec
-from schemas.topics import INBOX
-from schemas.validation import shown
+from convdb.infra.cli._import_wait import InboxWatch
+from convdb.infra.connection import load_settings
+from convdb.infra.json_redaction import redact_json
+from convdb.infra.producer import DurableProducer
+from convdb.infra.secrets import SecretsRegistry, registry_for
+from convdb.infra.settings import Settings
+from convdb.projections.errors import ForeignRecordError
+from convdb.projections.openhands import (
+    ORIGIN,
+    OpenHandsConversation,
+    check_events,
+    check_record,
+    conversation_key,
+)
+from convdb.schemas import ExternalBatch, make_codec
+from convdb.schemas.topics import INBOX
+from convdb.schemas.validation import shown
 
 EVENT_FILE = re.compile(r"^event-(?P<idx>\d{5,})-(?P<event_id>[0-9a-fA-F\-]{8,})\.json$")
 """OpenHands' event file name (openhands.sdk.conversation.persistence_const)."""

@@ -5,11 +5,12 @@ from __future__ import annotations
 import argparse
 import logging
 
-from infra.cli._common import load_settings, require_broker
-from infra.kafka import apply_topics
-from infra.logs import level_of, logging_config
-from infra.ops import start_ops
-from schemas.topics import ALL_TOPICS
+from convdb.infra.cli._common import require_broker
+from convdb.infra.connection import load_settings
+from convdb.infra.kafka import apply_topics
+from convdb.infra.logs import level_of, logging_config
+from convdb.infra.ops import start_ops
+from convdb.schemas.topics import ALL_TOPICS
 
 logger = logging.getLogger(__name__)
 
@@ -32,7 +33,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 def _reconcile(args: argparse.Namespace) -> int:
     # imported here: faust is slow to import and only this command needs it
-    from consumers.reconciler import CHANGELOG, Worker, build_app
+    from convdb.consumers.reconciler import CHANGELOG, Worker, build_app
 
     settings = require_broker(load_settings())
     # Every topic, the changelog included, must exist with one partition count before anything

@@ -17,18 +17,19 @@ from rich.progress import (
 )
 from rich.text import Text
 
-from consumers import plugins
-from consumers.archive.errors import ArchiveUrlError, OffsetRangeError, StoreUrlError
-from consumers.archive.parallel import replay_parallel
-from consumers.archive.reader import ArchiveReader
-from consumers.archive.replay import open_store, plan_replay, replay
-from consumers.archive.sources import Window
-from consumers.archive.target import open_target
-from consumers.base import Projector
-from consumers.errors import PluginError
-from infra.cli._common import UsageError, iso_timestamp, load_settings, non_negative, positive, require_broker
-from infra.settings import Settings
-from schemas import make_codec
+from convdb.consumers import plugins
+from convdb.consumers.archive.errors import ArchiveUrlError, OffsetRangeError, StoreUrlError
+from convdb.consumers.archive.parallel import replay_parallel
+from convdb.consumers.archive.reader import ArchiveReader
+from convdb.consumers.archive.replay import open_store, plan_replay, replay
+from convdb.consumers.archive.sources import Window
+from convdb.consumers.archive.target import open_target
+from convdb.consumers.base import Projector
+from convdb.consumers.errors import PluginError
+from convdb.infra.cli._common import UsageError, iso_timestamp, non_negative, positive, require_broker
+from convdb.infra.connection import load_settings
+from convdb.infra.settings import Settings
+from convdb.schemas import make_codec
 
 SOURCES = ("kafka", "archive", "auto")
 

@@ -14,24 +14,24 @@ from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 
-from infra.cli._common import (
+from convdb.infra.cli._common import (
     SECRETS_FILE_HELP,
     UsageError,
     conversation_id,
     identifier,
-    load_settings,
     with_secrets_file,
 )
-from infra.devstack import EphemeralStack
-from infra.errors import InfraError
-from infra.producer import DurableProducer
-from infra.secrets import SecretsRegistry
-from infra.settings import Settings
-from producers.fleet.__main__ import build_context
-from producers.fleet.runner import FleetRunner, serve_until
-from producers.status import STOP_STATUSES
-from schemas import Event, InboxMessage, make_codec
-from schemas.topics import INBOX
+from convdb.infra.connection import load_settings
+from convdb.infra.dev.devstack import EphemeralStack
+from convdb.infra.errors import InfraError
+from convdb.infra.producer import DurableProducer
+from convdb.infra.secrets import SecretsRegistry
+from convdb.infra.settings import Settings
+from convdb.producers.fleet.runner import FleetRunner, serve_until
+from convdb.producers.fleet.service import build_context
+from convdb.producers.status import STOP_STATUSES
+from convdb.schemas import Event, InboxMessage, make_codec
+from convdb.schemas.topics import INBOX
 
 RUN_TIMEOUT_S = 900.0
 """How long `convdb run` waits for its conversation to reach a stop status."""
@@ -59,7 +59,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
 def broker_for(settings: Settings, *, with_s3: bool) -> Iterator[Settings]:
     """The configured broker, or an embedded one for the duration of the command."""
     if settings.bootstrap_servers:
-        from infra.kafka import apply_topics
+        from convdb.infra.kafka import apply_topics
 
         apply_topics(settings)
         yield settings

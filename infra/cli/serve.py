@@ -6,9 +6,10 @@ import argparse
 import logging
 from pathlib import Path
 
-from infra.cli._common import SECRETS_FILE_HELP, load_settings, port, refuse_sample_credentials
-from infra.ops import start_ops
-from infra.secrets import registry_for
+from convdb.infra.cli._common import SECRETS_FILE_HELP, port, refuse_sample_credentials
+from convdb.infra.connection import load_settings
+from convdb.infra.ops import start_ops
+from convdb.infra.secrets import registry_for
 
 logger = logging.getLogger(__name__)
 
@@ -25,8 +26,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 def _serve(args: argparse.Namespace) -> int:
     import uvicorn
 
-    from consumers.api import create_app
-    from consumers.api.observe import health
+    from convdb.consumers.api import create_app
+    from convdb.consumers.api.observe import health
 
     settings = load_settings()
     refuse_sample_credentials(settings)

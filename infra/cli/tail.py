@@ -10,19 +10,13 @@ from typing import Any
 
 from confluent_kafka import Message
 
-from infra import dlq
-from infra.cli._common import (
-    conversation_id,
-    iso_timestamp,
-    load_settings,
-    non_negative,
-    positive,
-    require_broker,
-)
-from infra.reader import read_topic
-from schemas import AvroModel, Codec, make_codec
-from schemas.errors import SchemaError
-from schemas.topics import ALL_TOPICS, DLQ
+from convdb.infra import dlq
+from convdb.infra.cli._common import conversation_id, iso_timestamp, non_negative, positive, require_broker
+from convdb.infra.connection import load_settings
+from convdb.infra.reader import read_topic
+from convdb.schemas import AvroModel, Codec, make_codec
+from convdb.schemas.errors import SchemaError
+from convdb.schemas.topics import ALL_TOPICS, DLQ
 
 TOPICS = {t.suffix: t for t in ALL_TOPICS}
 

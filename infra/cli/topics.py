@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import argparse
 
-from infra.cli._common import load_settings, require_broker
-from infra.kafka import apply_topics, list_topics
+from convdb.infra.cli._common import require_broker
+from convdb.infra.connection import load_settings
+from convdb.infra.kafka import apply_topics, list_topics
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

@@ -16,11 +16,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from producers.conversation import Conversation
-from producers.fleet.owner import PartitionOwner
-from producers.publisher import RawRecord
-from producers.sink import topic_of
-from schemas import AvroModel, ExternalBatch
+from convdb.producers.conversation import Conversation
+from convdb.producers.fleet.owner import PartitionOwner
+from convdb.producers.publisher import RawRecord
+from convdb.producers.sink import topic_of
+from convdb.schemas import AvroModel, ExternalBatch
 
 
 @dataclass

@@ -1,9 +1,9 @@
 """Conversations run elsewhere (an OpenHands agent-server), appended by the runner that owns them.
 
 The API and `convdb import` put OpenHands payloads in the inbox (`ExternalBatch`); the owning
-runner is still the conversation's only writer: it maps the payload (`projections.openhands`,
+runner is still the conversation's only writer: it maps the payload (`convdb.projections.openhands`,
 pure), assigns the seqs and commits the events with the inbox offset in one transaction (shared
-with the other records of its batch, `producers.fleet.batch`). Ids the
+with the other records of its batch, `convdb.producers.fleet.batch`). Ids the
 conversation already holds are skipped, so a retried webhook batch or a repeated import appends
 nothing. convdb never runs its own agent on such a conversation, and refuses (DLQ) user messages
 to it and OpenHands payloads for a conversation convdb runs or another tenant owns.
@@ -15,12 +15,12 @@ import json
 import logging
 from collections.abc import Callable, Sequence
 
-from producers.conversation import Conversation
-from producers.errors import RecordRefusedError
-from projections.errors import ForeignRecordError
-from projections.openhands import ORIGIN, OpenHandsState, Received, ingest, marks_of, resume
-from projections.view import ViewState
-from schemas import AvroModel, ExternalBatch, InboxMessage
+from convdb.producers.conversation import Conversation
+from convdb.producers.errors import RecordRefusedError
+from convdb.projections.errors import ForeignRecordError
+from convdb.projections.openhands import ORIGIN, OpenHandsState, Received, ingest, marks_of, resume
+from convdb.projections.view import ViewState
+from convdb.schemas import AvroModel, ExternalBatch, InboxMessage
 
 logger = logging.getLogger(__name__)
 

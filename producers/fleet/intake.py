@@ -16,22 +16,22 @@ from collections.abc import Callable
 
 from confluent_kafka import Message
 
-from infra import tracing
-from infra.dlq import error_headers
-from infra.limits import HEADROOM, record_limit
-from infra.logs import log_context
-from infra.partitioner import partition_for
-from producers.errors import MisplacedRecordError, RecordFailedError, RecordTooLargeError
-from producers.fleet.batch import InboxBatch
-from producers.fleet.limits import fit_dead_letter, record_fault, too_large
-from producers.fleet.owner import FleetContext, PartitionOwner
-from producers.inbox import apply_inbox
-from producers.publisher import RawRecord
-from projections.errors import TenantMismatchError
-from schemas import ExternalBatch, InboxMessage
-from schemas.errors import ConvdbError, SchemaError
-from schemas.topics import DLQ, INBOX
-from schemas.validation import shown
+from convdb.infra import tracing
+from convdb.infra.dlq import error_headers
+from convdb.infra.limits import HEADROOM, record_limit
+from convdb.infra.logs import log_context
+from convdb.infra.partitioner import partition_for
+from convdb.producers.errors import MisplacedRecordError, RecordFailedError, RecordTooLargeError
+from convdb.producers.fleet.batch import InboxBatch
+from convdb.producers.fleet.limits import fit_dead_letter, record_fault, too_large
+from convdb.producers.fleet.owner import FleetContext, PartitionOwner
+from convdb.producers.inbox import apply_inbox
+from convdb.producers.publisher import RawRecord
+from convdb.projections.errors import TenantMismatchError
+from convdb.schemas import ExternalBatch, InboxMessage
+from convdb.schemas.errors import ConvdbError, SchemaError
+from convdb.schemas.topics import DLQ, INBOX
+from convdb.schemas.validation import shown
 
 logger = logging.getLogger(__name__)
 

@@ -14,13 +14,13 @@ from collections.abc import Sequence
 
 from confluent_kafka import KafkaError, KafkaException
 
-from infra.dlq import ERROR_MESSAGE
-from infra.errors import InfraError
-from infra.limits import HEADROOM
-from producers.errors import RecordTooLargeError
-from producers.publisher import RawRecord
-from schemas import AvroModel, Codec
-from schemas.validation import check_record
+from convdb.infra.dlq import ERROR_MESSAGE
+from convdb.infra.errors import InfraError
+from convdb.infra.limits import HEADROOM
+from convdb.producers.errors import RecordTooLargeError
+from convdb.producers.publisher import RawRecord
+from convdb.schemas import AvroModel, Codec
+from convdb.schemas.validation import check_record
 
 _FIELD_BYTES = 16
 """More than a long, a double, a timestamp or a string's length prefix takes in Avro."""

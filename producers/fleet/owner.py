@@ -12,27 +12,27 @@ from dataclasses import dataclass, field
 
 from confluent_kafka import Consumer
 
-from infra.dlq import error_headers
-from infra.limits import record_limit
-from infra.partitioner import partition_for
-from infra.settings import Settings
-from producers.conversation import Conversation
-from producers.fleet import external
-from producers.fleet.limits import check_sizes, fit_dead_letter
-from producers.fleet.restore import Refused, restore_conversation, restore_partition
-from producers.fleet.sink import PartitionSink
-from producers.fleet.snapshot import build_snapshot
-from producers.fleet.store import SnapshotStore
-from producers.observe import RunnerMetrics
-from producers.positions import LogPositions
-from producers.publisher import Delivery, TransactionalPublisher
-from producers.runtime import Runtime
-from producers.state import ConversationState
-from projections.errors import UnknownEventError
-from projections.openhands import OpenHandsState
-from projections.tenancy import check_owner
-from projections.view import ViewState, active_branch, path_to_root
-from schemas import (
+from convdb.infra.dlq import error_headers
+from convdb.infra.limits import record_limit
+from convdb.infra.partitioner import partition_for
+from convdb.infra.settings import Settings
+from convdb.producers.conversation import Conversation
+from convdb.producers.fleet import external
+from convdb.producers.fleet.limits import check_sizes, fit_dead_letter
+from convdb.producers.fleet.restore import Refused, restore_conversation, restore_partition
+from convdb.producers.fleet.sink import PartitionSink
+from convdb.producers.fleet.snapshot import build_snapshot
+from convdb.producers.fleet.store import SnapshotStore
+from convdb.producers.observe import RunnerMetrics
+from convdb.producers.positions import LogPositions
+from convdb.producers.publisher import Delivery, TransactionalPublisher
+from convdb.producers.runtime import Runtime
+from convdb.producers.state import ConversationState
+from convdb.projections.errors import UnknownEventError
+from convdb.projections.openhands import OpenHandsState
+from convdb.projections.tenancy import check_owner
+from convdb.projections.view import ViewState, active_branch, path_to_root
+from convdb.schemas import (
     AvroModel,
     Codec,
     Event,
@@ -43,7 +43,7 @@ from schemas import (
     MessageEvent,
     Snapshot,
 )
-from schemas.topics import DLQ, INBOX
+from convdb.schemas.topics import DLQ, INBOX
 
 logger = logging.getLogger(__name__)
 

@@ -22,18 +22,18 @@ from typing import Any
 
 from confluent_kafka import Message, TopicPartition
 
-from infra.reader import read_to_end
-from infra.settings import Settings
-from producers.fleet.snapshot import restored_positions, restored_state
-from producers.fleet.store import SnapshotStore
-from producers.positions import LogPositions
-from producers.state import ConversationState
-from projections.errors import ProjectionError, TenantMismatchError
-from projections.tenancy import check_owner
-from schemas import Codec, Event, LedgerRecord, Snapshot
-from schemas.errors import SchemaError
-from schemas.topics import EFFECTS, EVENTS, STATE
-from schemas.validation import shown
+from convdb.infra.reader import read_to_end
+from convdb.infra.settings import Settings
+from convdb.producers.fleet.snapshot import restored_positions, restored_state
+from convdb.producers.fleet.store import SnapshotStore
+from convdb.producers.positions import LogPositions
+from convdb.producers.state import ConversationState
+from convdb.projections.errors import ProjectionError, TenantMismatchError
+from convdb.projections.tenancy import check_owner
+from convdb.schemas import Codec, Event, LedgerRecord, Snapshot
+from convdb.schemas.errors import SchemaError
+from convdb.schemas.topics import EFFECTS, EVENTS, STATE
+from convdb.schemas.validation import shown
 
 logger = logging.getLogger(__name__)
 

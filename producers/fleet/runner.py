@@ -21,20 +21,20 @@ from typing import Any, TextIO
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
 from prometheus_client import CollectorRegistry
 
-from infra.kafka import group_timeouts_ms, make_consumer
-from infra.liveness import AssignmentWatch
-from infra.logs import log_context
-from infra.ops import Health
-from producers.conversation import Conversation
-from producers.crashpoints import CrashPoints
-from producers.errors import (
+from convdb.infra.kafka import group_timeouts_ms, make_consumer
+from convdb.infra.liveness import AssignmentWatch
+from convdb.infra.logs import log_context
+from convdb.infra.ops import Health
+from convdb.producers.conversation import Conversation
+from convdb.producers.crashpoints import CrashPoints
+from convdb.producers.errors import (
     FencedError,
     PublishError,
 )
-from producers.fleet.intake import Intake
-from producers.fleet.owner import FleetContext, PartitionOwner
-from producers.fleet.trouble import PartitionTrouble
-from schemas.topics import INBOX
+from convdb.producers.fleet.intake import Intake
+from convdb.producers.fleet.owner import FleetContext, PartitionOwner
+from convdb.producers.fleet.trouble import PartitionTrouble
+from convdb.schemas.topics import INBOX
 
 logger = logging.getLogger(__name__)
 

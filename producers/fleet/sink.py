@@ -12,9 +12,9 @@ from collections.abc import Callable, Sequence
 
 from confluent_kafka import Consumer, TopicPartition
 
-from producers.publisher import Delivery, RawRecord, TransactionalPublisher
-from schemas import AvroModel, EventEnvelope
-from schemas.topics import Topic
+from convdb.producers.publisher import Delivery, RawRecord, TransactionalPublisher
+from convdb.schemas import AvroModel, EventEnvelope
+from convdb.schemas.topics import Topic
 
 
 class PartitionSink:

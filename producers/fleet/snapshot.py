@@ -14,11 +14,11 @@ from collections.abc import Callable, Sequence
 from immutables import Map
 from pyrsistent import pvector
 
-from producers.positions import LogPositions
-from producers.state import ConversationState, fold, initial
-from projections.errors import ProjectionError
-from projections.view import ViewState
-from schemas import Codec, CondensationEvent, Event, ForkEvent, LedgerRecord, Snapshot
+from convdb.producers.positions import LogPositions
+from convdb.producers.state import ConversationState, fold, initial
+from convdb.projections.errors import ProjectionError
+from convdb.projections.view import ViewState
+from convdb.schemas import Codec, CondensationEvent, Event, ForkEvent, LedgerRecord, Snapshot
 
 MAX_VIEW_BYTES = 512 * 1024
 """Above this the view is left out of the snapshot (records stay under librdkafka's 1 MB limit)."""

@@ -12,8 +12,8 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
-from infra.ops import Health
-from producers.observe import RunnerMetrics
+from convdb.infra.ops import Health
+from convdb.producers.observe import RunnerMetrics
 
 STALLED_AFTER = 3
 """Failed writes in a row after which a partition is reported stalled."""

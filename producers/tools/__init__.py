@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from producers.tools.base import Operation, Tool, ToolResult, canonical_json, find_tool, intent_hash
-from producers.tools.files import ReadFileTool, WriteFileTool
-from producers.tools.tracker import CreateIssueTool, NotifyTool
+from convdb.producers.tools.base import Operation, Tool, ToolResult, canonical_json, find_tool, intent_hash
+from convdb.producers.tools.files import ReadFileTool, WriteFileTool
+from convdb.producers.tools.tracker import CreateIssueTool, NotifyTool
 
 
 def standard_tools(

@@ -10,9 +10,9 @@ from typing import Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from producers.errors import EffectError, ToolArgumentError
-from projections.settlement import LookupResult
-from schemas._types import EffectClass
+from convdb.producers.errors import EffectError, ToolArgumentError
+from convdb.projections.settlement import LookupResult
+from convdb.schemas._types import EffectClass
 
 
 def canonical_json(value: Any) -> str:

@@ -9,9 +9,9 @@ from typing import Any, ClassVar
 
 from pydantic import Field
 
-from producers.errors import EffectError
-from producers.tools.base import Operation, Tool, ToolArgs, ToolResult
-from schemas._types import EffectClass
+from convdb.producers.errors import EffectError
+from convdb.producers.tools.base import Operation, Tool, ToolArgs, ToolResult
+from convdb.schemas._types import EffectClass
 
 
 class ReadArgs(ToolArgs):

@@ -9,12 +9,12 @@ from typing import Any, ClassVar
 import httpx
 from pydantic import Field
 
-from infra.settings import Settings
-from producers.errors import EffectError, OutcomeUnknownError
-from producers.tools.base import Operation, Tool, ToolArgs, ToolResult, ask_provider
-from projections.operation import OperationState
-from projections.settlement import LookupResult
-from schemas._types import EffectClass
+from convdb.infra.settings import Settings
+from convdb.producers.errors import EffectError, OutcomeUnknownError
+from convdb.producers.tools.base import Operation, Tool, ToolArgs, ToolResult, ask_provider
+from convdb.projections.operation import OperationState
+from convdb.projections.settlement import LookupResult
+from convdb.schemas._types import EffectClass
 
 
 class IssueArgs(ToolArgs):

@@ -21,12 +21,12 @@ active leaf from state snapshots, `LLMUsageEvent`s from statistics, titles from
 ConversationInfo / meta.json.
 """
 
-from projections.openhands._check import RECORD_KINDS, check_events, check_record
-from projections.openhands._export import OpenHandsConversation, export
-from projections.openhands._fields import conversation_key
-from projections.openhands._ingest import Received, ingest
-from projections.openhands._kinds import KNOWN_KINDS, ORIGIN
-from projections.openhands._state import OpenHandsState, initial, marks_of, resume
+from convdb.projections.openhands._check import RECORD_KINDS, check_events, check_record
+from convdb.projections.openhands._export import OpenHandsConversation, export
+from convdb.projections.openhands._fields import conversation_key
+from convdb.projections.openhands._ingest import Received, ingest
+from convdb.projections.openhands._kinds import KNOWN_KINDS, ORIGIN
+from convdb.projections.openhands._state import OpenHandsState, initial, marks_of, resume
 
 __all__ = [
     "KNOWN_KINDS",

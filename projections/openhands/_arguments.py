@@ -12,8 +12,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from projections.openhands._fields import canonical_json
-from schemas.validation import json_problem
+from convdb.projections.openhands._fields import canonical_json
+from convdb.schemas.validation import json_problem
 
 WORTH = 1024
 """Shorter raw texts are kept as they are: the second copy costs less than spelling it back."""

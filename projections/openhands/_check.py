@@ -10,10 +10,10 @@ from __future__ import annotations
 import json
 from typing import Any, get_args
 
-from projections.errors import ForeignRecordError
-from projections.openhands._fields import check_json, event_id, parse_timestamp, require
-from projections.openhands._kinds import KNOWN_KINDS, fields_of
-from schemas._types import EventSource
+from convdb.projections.errors import ForeignRecordError
+from convdb.projections.openhands._fields import check_json, event_id, parse_timestamp, require
+from convdb.projections.openhands._kinds import KNOWN_KINDS, fields_of
+from convdb.schemas._types import EventSource
 
 ROOT_PARENT = "__root__"
 """OpenHands' parent_id of a root made after `navigate_to(None)`."""

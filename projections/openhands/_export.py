@@ -13,12 +13,12 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any, NamedTuple
 
-from projections.openhands._arguments import expand as expand_arguments
-from projections.openhands._kinds import EXPORTED_KINDS, STATE_UPDATE, rebuild
-from projections.openhands._patch import apply
-from projections.openhands._state import marks_of
-from projections.view import fold_all, initial
-from schemas.events import Event, LLMUsageEvent
+from convdb.projections.openhands._arguments import expand as expand_arguments
+from convdb.projections.openhands._kinds import EXPORTED_KINDS, STATE_UPDATE, rebuild
+from convdb.projections.openhands._patch import apply
+from convdb.projections.openhands._state import marks_of
+from convdb.projections.view import fold_all, initial
+from convdb.schemas.events import Event, LLMUsageEvent
 
 STATE_FIELDS = frozenset(
     {

@@ -13,8 +13,8 @@ import uuid
 from datetime import UTC, datetime
 from typing import Any
 
-from projections.errors import ForeignRecordError
-from schemas.validation import id_problem, json_problem, shown
+from convdb.projections.errors import ForeignRecordError
+from convdb.schemas.validation import id_problem, json_problem, shown
 
 _NAMESPACE = uuid.UUID("7f1d0c4e-6a55-4d2b-9a51-0e3f6c1b8a20")
 """uuid5 namespace of the ids convdb derives from OpenHands records (stable across runs)."""
@@ -54,7 +54,7 @@ def check_json(value: Any, where: str) -> None:
 
 
 def event_id(value: Any, where: str, what: str = "id") -> str:
-    """A valid event id (the identifier rule of `schemas.validation`)."""
+    """A valid event id (the identifier rule of `convdb.schemas.validation`)."""
     problem = id_problem(value)
     if problem is not None:
         raise ForeignRecordError(f"{where}: `{what}` {shown(value)} {problem}")

@@ -21,19 +21,19 @@ from typing import Any, NamedTuple, get_args
 
 from pydantic import ValidationError
 
-from projections._sequence import ANNOTATION_SEQ
-from projections._text import shorten
-from projections.errors import ForeignRecordError
-from projections.openhands._arguments import compact as compact_arguments
-from projections.openhands._check import ROOT_PARENT, check_events, check_record
-from projections.openhands._fields import derived_id, digest, intent_hash, parse_timestamp
-from projections.openhands._kinds import ANNOTATION_KINDS, ORIGIN, STATE_UPDATE, fields_of, rebuild
-from projections.openhands._patch import diff
-from projections.openhands._state import OpenHandsState, effect_classes
-from projections.openhands._usage import derive_usage
-from projections.view import fold
-from schemas._types import ExecutionStatus
-from schemas.events import (
+from convdb.projections._sequence import ANNOTATION_SEQ
+from convdb.projections._text import shorten
+from convdb.projections.errors import ForeignRecordError
+from convdb.projections.openhands._arguments import compact as compact_arguments
+from convdb.projections.openhands._check import ROOT_PARENT, check_events, check_record
+from convdb.projections.openhands._fields import derived_id, digest, intent_hash, parse_timestamp
+from convdb.projections.openhands._kinds import ANNOTATION_KINDS, ORIGIN, STATE_UPDATE, fields_of, rebuild
+from convdb.projections.openhands._patch import diff
+from convdb.projections.openhands._state import OpenHandsState, effect_classes
+from convdb.projections.openhands._usage import derive_usage
+from convdb.projections.view import fold
+from convdb.schemas._types import ExecutionStatus
+from convdb.schemas.events import (
     ActionEvent,
     ActiveLeafChangedEvent,
     Event,
@@ -43,7 +43,7 @@ from schemas.events import (
     StateUpdateEvent,
     TitleEvent,
 )
-from schemas.validation import clean_text
+from convdb.schemas.validation import clean_text
 
 TITLE_LIMIT = 200
 """Longest title kept in a derived TitleEvent (the stores' title column)."""

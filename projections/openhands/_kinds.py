@@ -12,8 +12,8 @@ import json
 from collections.abc import Callable
 from typing import Any, get_args
 
-from projections.errors import ForeignRecordError
-from projections.openhands._fields import (
+from convdb.projections.errors import ForeignRecordError
+from convdb.projections.openhands._fields import (
     canonical_json,
     event_id,
     format_timestamp,
@@ -22,8 +22,8 @@ from projections.openhands._fields import (
     text_items,
     texts,
 )
-from schemas._types import ExecutionStatus
-from schemas.events import (
+from convdb.schemas._types import ExecutionStatus
+from convdb.schemas.events import (
     ActionEvent,
     AgentErrorEvent,
     CondensationEvent,
@@ -37,7 +37,7 @@ from schemas.events import (
     SystemPromptEvent,
     UserRejectEvent,
 )
-from schemas.validation import json_problem
+from convdb.schemas.validation import json_problem
 
 ORIGIN = "openhands"
 """The `origin` of OpenHands records in convdb (`ExternalEvent.origin`, `extension` key)."""

@@ -7,12 +7,12 @@ from typing import Any, NamedTuple
 
 from immutables import Map
 
-from projections._sequence import ANNOTATION_SEQ
-from projections.openhands._kinds import ORIGIN
-from projections.openhands._usage import Totals
-from projections.view import ViewState
-from projections.view import initial as initial_view
-from schemas._types import EffectClass
+from convdb.projections._sequence import ANNOTATION_SEQ
+from convdb.projections.openhands._kinds import ORIGIN
+from convdb.projections.openhands._usage import Totals
+from convdb.projections.view import ViewState
+from convdb.projections.view import initial as initial_view
+from convdb.schemas._types import EffectClass
 
 
 class OpenHandsState(NamedTuple):

@@ -11,16 +11,16 @@ import pytest
 import sqlalchemy as sa
 from fastapi.testclient import TestClient
 
-from consumers.api import create_app
-from consumers.index import IndexConsumer
-from consumers.runner import Runner
-from consumers.stats import StatsConsumer
-from consumers.titles import TitlesConsumer
-from consumers.views import ViewsConsumer
-from infra.kafka import apply_topics
-from infra.settings import Settings
-from producers.publisher import EventPublisher
-from schemas import EventEnvelope, SingleObjectCodec
+from convdb.consumers.api import create_app
+from convdb.consumers.index import IndexConsumer
+from convdb.consumers.runner import Runner
+from convdb.consumers.stats import StatsConsumer
+from convdb.consumers.titles import TitlesConsumer
+from convdb.consumers.views import ViewsConsumer
+from convdb.infra.kafka import apply_topics
+from convdb.infra.settings import Settings
+from convdb.producers.publisher import EventPublisher
+from convdb.schemas import EventEnvelope, SingleObjectCodec
 from tests.conftest import BrokerInfo, wait_until
 from tests.consumers.builders import conversation
 

@@ -8,8 +8,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from infra.procs import free_port, spawn, stop_group, wait_for_port
-from infra.settings import Settings
+from convdb.infra.procs import free_port, spawn, stop_group, wait_for_port
+from convdb.infra.settings import Settings
 
 
 @contextmanager
@@ -18,7 +18,7 @@ def served(settings: Settings, root: Path, name: str = "serve", **api: Any) -> I
     settings = settings.model_copy(update={"api": settings.api.model_copy(update=api)})
     port = free_port()
     log = root / f"{name}.log"
-    argv = [sys.executable, "-m", "infra.cli.main", "serve", "--port", str(port)]
+    argv = [sys.executable, "-m", "convdb", "serve", "--port", str(port)]
     proc = spawn(argv, log, settings.to_env())
     try:
         wait_for_port(proc, port, 60, f"convdb serve ({name})", log)

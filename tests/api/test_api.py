@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from schemas import InboxMessage, SingleObjectCodec
-from schemas.topics import INBOX
+from convdb.schemas import InboxMessage, SingleObjectCodec
+from convdb.schemas.topics import INBOX
 from tests.api.conftest import A, B, World
 from tests.helpers import read_topic
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import httpx
 
-from infra.settings import Settings
+from convdb.infra.settings import Settings
 from tests.api.served import served
 
 KEYS = {"key-acme-0123456789": "acme", "key-umbrella-0123456789": "umbrella"}

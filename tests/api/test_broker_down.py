@@ -10,8 +10,8 @@ from pathlib import Path
 
 import httpx
 
-from infra.procs import free_port, spawn, stop_group, wait_for_port
-from infra.settings import Settings
+from convdb.infra.procs import free_port, spawn, stop_group, wait_for_port
+from convdb.infra.settings import Settings
 
 POSTS = 80
 
@@ -35,7 +35,7 @@ def test_reads_stay_fast_while_posts_wait_for_a_broker_that_is_down(tmp_path: Pa
     )
     env = {**settings.to_env(), "LITELLM_LOCAL_MODEL_COST_MAP": "True"}
     log = tmp_path / "api.log"
-    proc = spawn([sys.executable, "-m", "infra.cli.main", "serve", "--port", str(port)], log, env)
+    proc = spawn([sys.executable, "-m", "convdb", "serve", "--port", str(port)], log, env)
     url, headers = f"http://127.0.0.1:{port}", {"X-API-Key": "k"}
     try:
         wait_for_port(proc, port, 60, "the API", log)

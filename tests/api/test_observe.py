@@ -6,7 +6,7 @@ from fastapi.testclient import TestClient
 from prometheus_client.parser import text_string_to_metric_families
 from sqlalchemy import create_engine
 
-from consumers.api import create_app
+from convdb.consumers.api import create_app
 from tests.api.conftest import KEYS, World
 
 

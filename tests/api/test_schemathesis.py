@@ -25,7 +25,7 @@ from schemathesis.specs.openapi.checks import (
     status_code_conformance,
 )
 
-from consumers.api import create_app
+from convdb.consumers.api import create_app
 from tests.api.conftest import KEYS, World
 
 pytestmark = [pytest.mark.kafka]

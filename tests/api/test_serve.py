@@ -7,8 +7,8 @@ from pathlib import Path
 
 import httpx
 
-from infra.procs import free_port, spawn, stop_group, wait_for_port
-from infra.settings import Settings
+from convdb.infra.procs import free_port, spawn, stop_group, wait_for_port
+from convdb.infra.settings import Settings
 
 
 def test_serve_answers_with_auth_and_docs(settings: Settings, tmp_path: Path) -> None:
@@ -20,9 +20,7 @@ def test_serve_answers_with_auth_and_docs(settings: Settings, tmp_path: Path) ->
     )
     port = free_port()
     log = tmp_path / "serve.log"
-    proc = spawn(
-        [sys.executable, "-m", "infra.cli.main", "serve", "--port", str(port)], log, settings.to_env()
-    )
+    proc = spawn([sys.executable, "-m", "convdb", "serve", "--port", str(port)], log, settings.to_env())
     try:
         wait_for_port(proc, port, 60, "convdb serve", log)
         base = f"http://127.0.0.1:{port}"

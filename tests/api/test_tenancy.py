@@ -11,11 +11,11 @@ from datetime import UTC, datetime
 
 import pytest
 
-from consumers.api.deps import ApiContext
-from infra.reader import read_topic
-from producers.publisher import EventPublisher
-from schemas import InboxMessage, SingleObjectCodec
-from schemas.topics import INBOX
+from convdb.consumers.api.deps import ApiContext
+from convdb.infra.reader import read_topic
+from convdb.producers.publisher import EventPublisher
+from convdb.schemas import InboxMessage, SingleObjectCodec
+from convdb.schemas.topics import INBOX
 from tests.api.conftest import A, B, World
 from tests.consumers.builders import conversation
 

@@ -18,13 +18,13 @@ from pathlib import Path
 import httpx
 import pytest
 
-from infra.apache import ApacheKafka
-from infra.broker import EmbeddedBroker
-from infra.kafka import apply_topics
-from infra.reader import read_topic
-from infra.settings import Settings
-from schemas import SingleObjectCodec
-from schemas.topics import INBOX
+from convdb.infra.dev.apache import ApacheKafka
+from convdb.infra.dev.broker import EmbeddedBroker
+from convdb.infra.kafka import apply_topics
+from convdb.infra.reader import read_topic
+from convdb.infra.settings import Settings
+from convdb.schemas import SingleObjectCodec
+from convdb.schemas.topics import INBOX
 from tests.api.served import served
 from tests.conftest import BROKER_KINDS, wait_until
 from tests.projections.test_openhands import SAMPLE

@@ -10,15 +10,15 @@ from pathlib import Path
 
 import pytest
 
-from consumers.archive import layout
-from consumers.archive.container import RawRecord, read_container
-from consumers.archive.service import ArchiveConsumer
-from consumers.archive.target import open_target
-from infra.procs import spawn, stop_group
-from infra.s3 import make_s3_client
-from infra.settings import S3Settings, Settings
-from producers.publisher import EventPublisher
-from schemas import MessageEvent, SingleObjectCodec
+from convdb.consumers.archive import layout
+from convdb.consumers.archive.container import RawRecord, read_container
+from convdb.consumers.archive.service import ArchiveConsumer
+from convdb.consumers.archive.target import open_target
+from convdb.infra.procs import spawn, stop_group
+from convdb.infra.s3 import make_s3_client
+from convdb.infra.settings import S3Settings, Settings
+from convdb.producers.publisher import EventPublisher
+from convdb.schemas import MessageEvent, SingleObjectCodec
 from tests.conftest import S3Endpoint, wait_until
 from tests.helpers import new_id, now
 
@@ -118,12 +118,12 @@ class SinkThread:
 
 @pytest.fixture
 def sink_process(tmp_path: Path) -> Iterator[object]:
-    """Start `python -m consumers.archive` children; all are stopped after the test."""
+    """Start `python -m convdb consume archive` children; all are stopped after the test."""
     procs: list[subprocess.Popen[bytes]] = []
 
     def start(settings: Settings, name: str = "sink") -> subprocess.Popen[bytes]:
         env = {**settings.to_env(), "LITELLM_LOCAL_MODEL_COST_MAP": "True"}
-        proc = spawn([sys.executable, "-m", "consumers.archive"], tmp_path / f"{name}.log", env)
+        proc = spawn([sys.executable, "-m", "convdb", "consume", "archive"], tmp_path / f"{name}.log", env)
         procs.append(proc)
         return proc
 

@@ -9,7 +9,7 @@ from collections.abc import Callable
 
 import pytest
 
-from infra.settings import Settings
+from convdb.infra.settings import Settings
 from tests.archive.conftest import archive_objects, archived_records, chain, interleave, publish, rotated
 from tests.conftest import wait_until
 from tests.helpers import read_topic

@@ -6,10 +6,10 @@ import json
 
 import pytest
 
-from consumers.archive import layout
-from consumers.archive.container import RawRecord, container_metadata, read_container, write_container
-from consumers.archive.errors import CorruptArchiveError
-from consumers.archive.index import METADATA_LIMIT, ObjectIndex
+from convdb.consumers.archive import layout
+from convdb.consumers.archive.container import RawRecord, container_metadata, read_container, write_container
+from convdb.consumers.archive.errors import CorruptArchiveError
+from convdb.consumers.archive.index import METADATA_LIMIT, ObjectIndex
 
 
 def test_object_keys_are_zero_padded_so_listing_order_is_offset_order() -> None:

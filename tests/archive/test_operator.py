@@ -8,10 +8,10 @@ from pathlib import Path
 import httpx
 import pytest
 
-from infra.procs import free_port, spawn, stop_group
-from infra.settings import Settings
-from producers.publisher import EventPublisher
-from schemas import SingleObjectCodec
+from convdb.infra.procs import free_port, spawn, stop_group
+from convdb.infra.settings import Settings
+from convdb.producers.publisher import EventPublisher
+from convdb.schemas import SingleObjectCodec
 from tests.conftest import wait_until
 from tests.infra.test_cli import events_for
 
@@ -25,7 +25,7 @@ def test_consume_archive_says_what_it_does(s3_settings: Settings, tmp_path: Path
     )
     port = free_port()
     log = tmp_path / "archive.log"
-    argv = [sys.executable, "-m", "infra.cli.main", "consume", "archive", "--metrics-port", str(port)]
+    argv = [sys.executable, "-m", "convdb", "consume", "archive", "--metrics-port", str(port)]
     proc = spawn(argv, log, settings.to_env())
     try:
         wait_until(

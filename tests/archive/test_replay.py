@@ -9,11 +9,11 @@ from pathlib import Path
 import pytest
 import sqlalchemy as sa
 
-from consumers.runner import Runner
-from consumers.store import open_engine, stored_offsets
-from consumers.views import ViewsConsumer
-from infra.cli.main import main
-from infra.settings import Settings
+from convdb.consumers.runner import Runner
+from convdb.consumers.store import open_engine, stored_offsets
+from convdb.consumers.views import ViewsConsumer
+from convdb.infra.cli.main import main
+from convdb.infra.settings import Settings
 from tests.archive.conftest import SinkThread, chain, interleave, publish, rotated
 from tests.conftest import wait_until
 from tests.helpers import read_topic

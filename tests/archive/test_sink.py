@@ -6,18 +6,18 @@ from collections import Counter
 
 import pytest
 
-from consumers.archive import export, layout
-from consumers.archive.reader import ArchiveReader
-from consumers.archive.target import open_target
-from infra.partitioner import partition_for
-from infra.settings import Settings
-from producers.agent import Agent
-from producers.conversation import Conversation
-from producers.llm import DirectScriptedClient
-from producers.publisher import EventPublisher
-from producers.secrets import SecretsRegistry
-from producers.sink import DurableSink
-from schemas import SingleObjectCodec
+from convdb.consumers.archive import export, layout
+from convdb.consumers.archive.reader import ArchiveReader
+from convdb.consumers.archive.target import open_target
+from convdb.infra.partitioner import partition_for
+from convdb.infra.settings import Settings
+from convdb.producers.agent import Agent
+from convdb.producers.conversation import Conversation
+from convdb.producers.llm import DirectScriptedClient
+from convdb.producers.publisher import EventPublisher
+from convdb.producers.secrets import SecretsRegistry
+from convdb.producers.sink import DurableSink
+from convdb.schemas import SingleObjectCodec
 from tests.archive.conftest import (
     SinkThread,
     archive_objects,

@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from consumers.archive.errors import ArchiveUrlError
-from consumers.archive.target import ArchiveTarget, FileTarget, S3Target, open_target
-from infra.s3 import make_s3_client
-from infra.settings import S3Settings, Settings
+from convdb.consumers.archive.errors import ArchiveUrlError
+from convdb.consumers.archive.target import ArchiveTarget, FileTarget, S3Target, open_target
+from convdb.infra.s3 import make_s3_client
+from convdb.infra.settings import S3Settings, Settings
 from tests.conftest import S3Endpoint
 
 

@@ -11,14 +11,14 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
-from consumers.archive.reader import ArchiveReader
-from consumers.archive.replay import open_store, plan_replay, replay
-from consumers.archive.sources import Window
-from consumers.archive.target import open_target
-from consumers.base import ConsumedRecord
-from infra.settings import Settings
-from schemas import SingleObjectCodec
-from schemas.topics import EVENTS
+from convdb.consumers.archive.reader import ArchiveReader
+from convdb.consumers.archive.replay import open_store, plan_replay, replay
+from convdb.consumers.archive.sources import Window
+from convdb.consumers.archive.target import open_target
+from convdb.consumers.base import ConsumedRecord
+from convdb.infra.settings import Settings
+from convdb.schemas import SingleObjectCodec
+from convdb.schemas.topics import EVENTS
 from tests.archive.conftest import SinkThread, chain, interleave, publish, rotated
 from tests.archive.test_replay import run_cli
 from tests.helpers import now
@@ -122,7 +122,7 @@ def test_cli_in_a_subprocess_exports_and_shows_and_refuses_bad_offsets(
 
     def convdb(*argv: str) -> subprocess.CompletedProcess[bytes]:
         return subprocess.run(
-            [sys.executable, "-m", "infra.cli.main", *argv], env=env, capture_output=True, timeout=120
+            [sys.executable, "-m", "convdb", *argv], env=env, capture_output=True, timeout=120
         )
 
     done = convdb("export", "sub", "--format", "jsonl")

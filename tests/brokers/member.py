@@ -12,8 +12,8 @@ import time
 
 from confluent_kafka import Consumer, TopicPartition
 
-from infra.kafka import make_consumer
-from infra.settings import Settings
+from convdb.infra.kafka import make_consumer
+from convdb.infra.settings import Settings
 
 
 def main(topic: str, group: str) -> None:

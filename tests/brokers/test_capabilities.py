@@ -10,9 +10,9 @@ import pytest
 from confluent_kafka import KafkaError, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from infra.apache import ApacheKafka
-from infra.broker import EmbeddedBroker
-from infra.capabilities import APACHE, EMBEDDED, BrokerCapabilities
+from convdb.infra.capabilities import APACHE, EMBEDDED, BrokerCapabilities
+from convdb.infra.dev.apache import ApacheKafka
+from convdb.infra.dev.broker import EmbeddedBroker
 from tests.brokers.probes import PROBES, fresh_topic
 from tests.conftest import BrokerInfo
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from infra.procs import pid_alive
+from convdb.infra.procs import pid_alive
 from tests.infra.test_cli import convdb
 
 pytestmark = pytest.mark.kafka

@@ -11,11 +11,11 @@ from __future__ import annotations
 import pytest
 from confluent_kafka import KafkaError, KafkaException
 
-from infra.settings import Settings
-from producers.fleet import transactional_id
-from producers.publisher import TransactionalPublisher
-from schemas import MessageEvent, SingleObjectCodec
-from schemas.topics import EVENTS
+from convdb.infra.settings import Settings
+from convdb.producers.fleet import transactional_id
+from convdb.producers.publisher import TransactionalPublisher
+from convdb.schemas import MessageEvent, SingleObjectCodec
+from convdb.schemas.topics import EVENTS
 from tests.conftest import BrokerInfo
 from tests.helpers import new_id, now
 from tests.producers._support import records

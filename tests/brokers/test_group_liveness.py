@@ -23,11 +23,11 @@ import httpx
 import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 
-from infra.kafka import apply_topics, group_timeouts_ms
-from infra.liveness import AssignmentWatch
-from infra.procs import free_port
-from infra.settings import Settings
-from schemas.topics import EVENTS
+from convdb.infra.kafka import apply_topics, group_timeouts_ms
+from convdb.infra.liveness import AssignmentWatch
+from convdb.infra.procs import free_port
+from convdb.infra.settings import Settings
+from convdb.schemas.topics import EVENTS
 from tests.conftest import BrokerInfo, wait_until
 from tests.fleet._support import RunnerProc, fleet_settings
 from tests.reconciler.conftest import Proc
@@ -84,7 +84,7 @@ class Member:
     def __init__(self, settings: Settings, name: str, log: Path) -> None:
         self.port = free_port()
         env = {**settings.to_env(), "LITELLM_LOCAL_MODEL_COST_MAP": "True", "CONVDB_OPS__LOG_LEVEL": "INFO"}
-        argv = [sys.executable, "-m", "infra.cli.main", "consume", name, "--metrics-port", str(self.port)]
+        argv = [sys.executable, "-m", "convdb", "consume", name, "--metrics-port", str(self.port)]
         self.proc = Proc(argv, log, env).start()
 
     def healthz(self) -> tuple[int, dict[str, object]] | None:

@@ -17,12 +17,12 @@ from typing import Any
 
 import httpx
 
-from infra.procs import free_port, spawn, stop_group, tail, wait_for_port
-from infra.settings import Settings
-from producers.provider.process import ProviderProcess
-from producers.publisher import EventPublisher
-from schemas import InboxMessage, make_codec
-from schemas.topics import INBOX
+from convdb.infra.dev.tracker.process import ProviderProcess
+from convdb.infra.procs import free_port, spawn, stop_group, tail, wait_for_port
+from convdb.infra.settings import Settings
+from convdb.producers.publisher import EventPublisher
+from convdb.schemas import InboxMessage, make_codec
+from convdb.schemas.topics import INBOX
 from tests.conftest import wait_until
 
 KEYS = {"demo-key": "demo", "other-key": "other"}
@@ -53,7 +53,7 @@ class Stack:
 
     def _spawn(self, name: str, argv: list[str], **env: str) -> Popen[bytes]:
         log = self.root / f"{name}.log"
-        proc = spawn([sys.executable, "-m", "infra.cli.main", *argv], log, {**self.settings.to_env(), **env})
+        proc = spawn([sys.executable, "-m", "convdb", *argv], log, {**self.settings.to_env(), **env})
         self._stack.callback(_stop, proc)
         return proc
 

@@ -19,9 +19,9 @@ import httpx
 import pytest
 from playwright.sync_api import expect
 
-from infra.cli.demo import task
-from infra.kafka import apply_topics
-from infra.settings import Settings
+from convdb.infra.cli.demo.parts import task
+from convdb.infra.kafka import apply_topics
+from convdb.infra.settings import Settings
 from tests.console.conftest import HOSTILE
 from tests.console.stack import Stack
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from infra.settings import Settings
+from convdb.infra.settings import Settings
 from tests.console.conftest import csrf_of
 
 pytestmark = pytest.mark.kafka
@@ -44,7 +44,7 @@ def _lines_until(proc: subprocess.Popen[str], marker: str, timeout: float) -> tu
 
 def test_demo_story_then_keep_until_ctrl_c(settings: Settings, tmp_path: Path) -> None:
     env = {**{k: v for k, v in os.environ.items() if not k.startswith("CONVDB_")}, **settings.to_env()}
-    argv = [sys.executable, "-m", "infra.cli.main", "demo", "--keep", "--conversations", "2"]
+    argv = [sys.executable, "-m", "convdb", "demo", "--keep", "--conversations", "2"]
     proc = subprocess.Popen(
         argv,
         cwd=tmp_path,

@@ -12,10 +12,10 @@ from subprocess import Popen
 import httpx
 import pytest
 
-from consumers.console.live import sse
-from infra.procs import free_port, spawn, stop_group, wait_for_port
-from schemas import EffectResolved, InboxMessage, SingleObjectCodec
-from schemas.topics import EFFECTS, INBOX
+from convdb.consumers.console.live import sse
+from convdb.infra.procs import free_port, spawn, stop_group, wait_for_port
+from convdb.schemas import EffectResolved, InboxMessage, SingleObjectCodec
+from convdb.schemas.topics import EFFECTS, INBOX
 from tests.console.conftest import SECRET_B, ConsoleWorld, csrf_of, sign_in
 from tests.helpers import read_topic
 
@@ -236,7 +236,7 @@ def test_list_filters_and_keyset_pages(console_world: ConsoleWorld) -> None:
 def _serve(world: ConsoleWorld, tmp_path: Path, **api: object) -> tuple[Popen[bytes], str]:
     port = free_port()
     log = tmp_path / "serve.log"
-    argv = [sys.executable, "-m", "infra.cli.main", "serve", "--port", str(port)]
+    argv = [sys.executable, "-m", "convdb", "serve", "--port", str(port)]
     settings = world.settings.model_copy(update={"api": world.settings.api.model_copy(update=api)})
     proc = spawn(argv, log, settings.to_env())
     wait_for_port(proc, port, 60, "convdb serve", log)

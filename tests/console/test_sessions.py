@@ -17,8 +17,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from consumers.console.session import COOKIE
-from infra.settings import Settings
+from convdb.consumers.console.session import COOKIE
+from convdb.infra.settings import Settings
 from tests.api.served import served
 from tests.console.conftest import KEYS, ConsoleWorld, csrf_of
 from tests.consumers.conftest import drop_pg_schema, make_pg_schema, require_pg

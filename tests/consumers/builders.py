@@ -6,7 +6,7 @@ import uuid
 from collections import Counter
 from datetime import UTC, datetime, timedelta
 
-from schemas import (
+from convdb.schemas import (
     ActionEvent,
     EventEnvelope,
     LLMUsageEvent,

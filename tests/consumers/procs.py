@@ -1,4 +1,4 @@
-"""Consumer services as real subprocesses (`python -m infra.cli.main consume ...`) for fault tests."""
+"""Consumer services as real subprocesses (`python -m convdb consume ...`) for fault tests."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ from pathlib import Path
 
 import httpx
 
-from infra.procs import free_port, spawn, stop_group, tail
-from infra.settings import Settings
+from convdb.infra.procs import free_port, spawn, stop_group, tail
+from convdb.infra.settings import Settings
 
 
 class ConsumerProcess:
@@ -32,7 +32,7 @@ class ConsumerProcess:
         argv = [
             sys.executable,
             "-m",
-            "infra.cli.main",
+            "convdb",
             "-v",
             "consume",
             *self.names,

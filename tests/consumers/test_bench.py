@@ -1,4 +1,4 @@
-"""The sink benchmark helper (`consumers.bench`) end to end; prints events/s (not a timed test)."""
+"""The sink benchmark helper (`bench.sinkrun`) end to end; prints events/s (not a timed test)."""
 
 from __future__ import annotations
 
@@ -7,12 +7,12 @@ from pathlib import Path
 
 import pytest
 
-from consumers.bench import fill_topic, measure_sink
-from consumers.index import IndexConsumer
-from consumers.stats import StatsConsumer
-from consumers.views import ViewsConsumer
-from infra.kafka import apply_topics
-from infra.settings import Settings
+from bench.sinkrun import fill_topic, measure_sink
+from convdb.consumers.index import IndexConsumer
+from convdb.consumers.stats import StatsConsumer
+from convdb.consumers.views import ViewsConsumer
+from convdb.infra.kafka import apply_topics
+from convdb.infra.settings import Settings
 from tests.consumers.builders import interleaved
 from tests.consumers.verify import assert_index_exact, assert_stats_exact, assert_views_exact
 
@@ -28,9 +28,7 @@ def test_measure_sink_applies_everything_and_reports_a_rate(
     events = interleaved(100, 100)
     assert fill_topic(settings, events) == len(events)
     result = measure_sink(settings, [ViewsConsumer(), IndexConsumer(), StatsConsumer()], len(events))
-    print(
-        f"\nsink views+index+stats on {result.store}: {result.per_second:,.0f} events/s"
-    )
+    print(f"\nsink views+index+stats on {result.store}: {result.per_second:,.0f} events/s")
     assert result.store == "sqlite" and result.per_second > 0
     for check in (assert_views_exact, assert_index_exact, assert_stats_exact):
         check(url, events)

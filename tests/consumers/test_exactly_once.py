@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from infra.settings import Settings
-from producers.publisher import EventPublisher
-from schemas import EventEnvelope, SingleObjectCodec
+from convdb.infra.settings import Settings
+from convdb.producers.publisher import EventPublisher
+from convdb.schemas import EventEnvelope, SingleObjectCodec
 from tests.conftest import wait_until
 from tests.consumers.builders import interleaved
 from tests.consumers.procs import ConsumerProcess, wait_assigned, wait_progress
@@ -65,7 +65,7 @@ def run_with_kills(
     rng = random.Random(seed)
     url = f"sqlite:///{tmp_path / 'store.db'}"
     settings = make_settings(store_url=url)
-    from infra.kafka import apply_topics
+    from convdb.infra.kafka import apply_topics
 
     apply_topics(settings)
     events = interleaved(total // 100, 100)
@@ -111,7 +111,7 @@ def test_rebalance_between_two_consumers_stores_each_event_once(
 ) -> None:
     url = f"sqlite:///{tmp_path / 'store.db'}"
     settings = make_settings(store_url=url)
-    from infra.kafka import apply_topics
+    from convdb.infra.kafka import apply_topics
 
     apply_topics(settings)
     events = interleaved(200, 100)
@@ -138,7 +138,7 @@ def test_two_consume_all_processes_share_four_partitions_and_store_each_event_on
     """The scale-out shape: one group, two `consume all` processes, two partitions each."""
     url = f"sqlite:///{tmp_path / 'store.db'}"
     settings = make_settings(store_url=url, partitions=4)
-    from infra.kafka import apply_topics
+    from convdb.infra.kafka import apply_topics
 
     apply_topics(settings)
     a = ConsumerProcess(settings, ["all"], tmp_path / "a.log").start()

@@ -18,16 +18,16 @@ import sqlalchemy as sa
 from confluent_kafka import Producer
 from sqlalchemy.engine import Connection
 
-from consumers.base import ConsumedRecord, Rejection, TableProjector
-from consumers.index import IndexConsumer
-from consumers.metrics import MetricsServer
-from consumers.runner import Runner
-from consumers.stats import StatsConsumer
-from consumers.store import bulk_insert
-from consumers.views import ViewsConsumer
-from infra.kafka import apply_topics, producer_config
-from schemas import EventEnvelope
-from schemas.topics import EVENTS
+from convdb.consumers.base import ConsumedRecord, Rejection, TableProjector
+from convdb.consumers.index import IndexConsumer
+from convdb.consumers.metrics import MetricsServer
+from convdb.consumers.runner import Runner
+from convdb.consumers.stats import StatsConsumer
+from convdb.consumers.store import bulk_insert
+from convdb.consumers.views import ViewsConsumer
+from convdb.infra.kafka import apply_topics, producer_config
+from convdb.schemas import EventEnvelope
+from convdb.schemas.topics import EVENTS
 from tests.conftest import wait_until
 from tests.consumers.builders import conversation
 from tests.consumers.procs import metric_value
@@ -62,7 +62,7 @@ def test_foreign_records_that_break_the_rules_go_to_the_dlq_on_both_stores(make_
     apply_topics(settings)
     producer = Producer(producer_config(settings))
     topic = EVENTS.name(settings.namespace)
-    from schemas import SingleObjectCodec
+    from convdb.schemas import SingleObjectCodec
 
     codec = SingleObjectCodec()
     good = conversation("good", 12)
@@ -142,7 +142,7 @@ def test_a_value_the_store_refuses_is_isolated_and_dead_lettered(make_settings, 
     apply_topics(settings)
     producer = Producer(producer_config(settings))
     topic = EVENTS.name(settings.namespace)
-    from schemas import SingleObjectCodec
+    from convdb.schemas import SingleObjectCodec
 
     codec = SingleObjectCodec()
     events = conversation("wide", 9)
@@ -165,7 +165,7 @@ def test_a_value_the_store_refuses_is_isolated_and_dead_lettered(make_settings, 
 
 
 def test_healthz_reports_a_consumer_that_is_not_making_progress() -> None:
-    from consumers.metrics import ConsumerMetrics
+    from convdb.consumers.metrics import ConsumerMetrics
 
     metrics = ConsumerMetrics("stuck", stall_after_s=60.0)
     metrics.last_commit -= 600  # the loop polls, but nothing was committed for 10 minutes

@@ -8,8 +8,8 @@ import sqlalchemy.exc as sa_exc
 from hypothesis import given
 from hypothesis import strategies as st
 
-from consumers._isolate import is_infrastructure, refused
-from infra.errors import PublishError
+from convdb.consumers._isolate import is_infrastructure, refused
+from convdb.infra.errors import PublishError
 
 
 def attempts(log: list[int], limit: int, poison: set[int]):  # type: ignore[no-untyped-def]

@@ -8,15 +8,15 @@ import httpx
 import pytest
 from confluent_kafka import Producer
 
-from consumers.index import IndexConsumer
-from consumers.metrics import MetricsServer
-from consumers.runner import Runner
-from consumers.stats import StatsConsumer
-from consumers.views import ViewsConsumer
-from infra.kafka import producer_config
-from infra.settings import Settings
-from schemas import SingleObjectCodec
-from schemas.topics import DLQ, EVENTS
+from convdb.consumers.index import IndexConsumer
+from convdb.consumers.metrics import MetricsServer
+from convdb.consumers.runner import Runner
+from convdb.consumers.stats import StatsConsumer
+from convdb.consumers.views import ViewsConsumer
+from convdb.infra.kafka import producer_config
+from convdb.infra.settings import Settings
+from convdb.schemas import SingleObjectCodec
+from convdb.schemas.topics import DLQ, EVENTS
 from tests.conftest import wait_until
 from tests.consumers.builders import conversation
 from tests.consumers.procs import metric_value
@@ -52,7 +52,7 @@ def test_garbage_unknown_fingerprint_and_gap_go_to_dlq_and_consumer_continues(
 ) -> None:  # type: ignore[no-untyped-def]
     url = f"sqlite:///{tmp_path / 'store.db'}"
     settings = make_settings(store_url=url)
-    from infra.kafka import apply_topics
+    from convdb.infra.kafka import apply_topics
 
     apply_topics(settings)
     codec = SingleObjectCodec()

@@ -5,14 +5,14 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from consumers._apply import records_for
-from consumers._rows import event_from_payload, payload_json
-from consumers.base import Batch, ConsumedRecord, Fold, fold_records
-from projections import stats, view
-from projections.errors import ProjectionError
-from schemas import SingleObjectCodec
-from schemas.events import EVENT_TYPES, Event
-from schemas.records import Receipt
+from convdb.consumers._apply import records_for
+from convdb.consumers._rows import event_from_payload, payload_json
+from convdb.consumers.base import Batch, ConsumedRecord, Fold, fold_records
+from convdb.projections import stats, view
+from convdb.projections.errors import ProjectionError
+from convdb.schemas import SingleObjectCodec
+from convdb.schemas.events import EVENT_TYPES, Event
+from convdb.schemas.records import Receipt
 from tests.consumers.builders import interleaved
 from tests.schemas.records import RECORD_STRATEGIES, sample_record
 from tests.strategies import conversations, interleaved_conversations, with_redeliveries

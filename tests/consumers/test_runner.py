@@ -10,18 +10,18 @@ from pathlib import Path
 
 import pytest
 
-from consumers import plugins
-from consumers.base import Projector
-from consumers.errors import PluginError
-from consumers.index import IndexConsumer
-from consumers.runner import Runner
-from consumers.stats import StatsConsumer
-from consumers.store import ensure_projections
-from consumers.views import ViewsConsumer
-from infra.kafka import apply_topics
-from infra.settings import Settings
-from producers.publisher import EventPublisher
-from schemas import SingleObjectCodec
+from convdb.consumers import plugins
+from convdb.consumers.base import Projector
+from convdb.consumers.errors import PluginError
+from convdb.consumers.index import IndexConsumer
+from convdb.consumers.runner import Runner
+from convdb.consumers.stats import StatsConsumer
+from convdb.consumers.store import ensure_projections
+from convdb.consumers.views import ViewsConsumer
+from convdb.infra.kafka import apply_topics
+from convdb.infra.settings import Settings
+from convdb.producers.publisher import EventPublisher
+from convdb.schemas import SingleObjectCodec
 from tests.conftest import wait_until
 from tests.consumers.builders import interleaved
 from tests.consumers.verify import assert_index_exact, assert_stats_exact, assert_views_exact, scalar
@@ -112,7 +112,7 @@ def test_plugins_are_found_through_entry_points(make_settings: Callable[..., Set
 
 def test_cli_rejects_an_unknown_consumer_with_exit_2(settings: Settings) -> None:
     result = subprocess.run(
-        [sys.executable, "-m", "infra.cli.main", "consume", "nope"],
+        [sys.executable, "-m", "convdb", "consume", "nope"],
         env={**settings.to_env(), "PATH": "/usr/bin:/bin"},
         capture_output=True,
         text=True,

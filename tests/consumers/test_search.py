@@ -10,13 +10,13 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
-from consumers._rows import from_micros, payload_of
-from consumers.index import IndexConsumer
-from consumers.index.search import page_query, search
-from consumers.index.tables import COLUMNS, events
-from consumers.store import bulk_insert, ensure_projections, open_engine
-from projections.index import Cursor, SearchQuery, encode_cursor
-from schemas import MessageEvent
+from convdb.consumers._rows import from_micros, payload_of
+from convdb.consumers.index import IndexConsumer
+from convdb.consumers.index.search import page_query, search
+from convdb.consumers.index.tables import COLUMNS, events
+from convdb.consumers.store import bulk_insert, ensure_projections, open_engine
+from convdb.projections.index import Cursor, SearchQuery, encode_cursor
+from convdb.schemas import MessageEvent
 
 KINDS = ("message", "action", "observation", "llm_usage")
 SOURCES = ("user", "agent", "environment", "agent")

@@ -18,16 +18,16 @@ import sqlalchemy as sa
 from hypothesis import HealthCheck, given, settings
 from sqlalchemy.engine import Engine
 
-from consumers.base import ConsumedRecord
-from consumers.index import IndexConsumer
-from consumers.stats import StatsConsumer, load_states
-from consumers.store import ensure_projections, lock_offsets, offsets, open_engine, store_offsets
-from consumers.titles import TitlesConsumer
-from consumers.titles.projector import load_states as load_titles
-from consumers.views import ViewsConsumer, load_state
-from consumers.views.tables import conversations as views_table
-from projections import stats, titles, view
-from schemas.events import ActiveLeafChangedEvent, Event
+from convdb.consumers.base import ConsumedRecord
+from convdb.consumers.index import IndexConsumer
+from convdb.consumers.stats import StatsConsumer, load_states
+from convdb.consumers.store import ensure_projections, lock_offsets, offsets, open_engine, store_offsets
+from convdb.consumers.titles import TitlesConsumer
+from convdb.consumers.titles.projector import load_states as load_titles
+from convdb.consumers.views import ViewsConsumer, load_state
+from convdb.consumers.views.tables import conversations as views_table
+from convdb.projections import stats, titles, view
+from convdb.schemas.events import ActiveLeafChangedEvent, Event
 from tests.consumers.builders import conversation
 from tests.consumers.conftest import drop_pg_schema, make_pg_schema, require_pg
 from tests.strategies import batch_splits, interleaved_conversations, split, with_redeliveries
@@ -174,7 +174,7 @@ class StoreContract:
 
     @staticmethod
     def live_branch_ids(conn: sa.Connection, conv: str) -> list[str]:
-        from consumers.views.tables import events as log
+        from convdb.consumers.views.tables import events as log
 
         branch = json.loads(
             conn.execute(

@@ -8,13 +8,13 @@ from pathlib import Path
 
 import pytest
 
-from consumers.runner import Runner
-from consumers.titles import TitlesConsumer, title_event_id
-from infra.kafka import apply_topics
-from infra.settings import Settings
-from producers.publisher import EventPublisher
-from schemas import SingleObjectCodec, TitleEvent
-from schemas.topics import EVENTS
+from convdb.consumers.runner import Runner
+from convdb.consumers.titles import TitlesConsumer, title_event_id
+from convdb.infra.kafka import apply_topics
+from convdb.infra.settings import Settings
+from convdb.producers.publisher import EventPublisher
+from convdb.schemas import SingleObjectCodec, TitleEvent
+from convdb.schemas.topics import EVENTS
 from tests.conftest import wait_until
 from tests.consumers.builders import conversation
 from tests.consumers.verify import rows

@@ -6,8 +6,8 @@ from collections import Counter
 
 import sqlalchemy as sa
 
-from consumers.store import open_engine
-from schemas import EventEnvelope
+from convdb.consumers.store import open_engine
+from convdb.schemas import EventEnvelope
 
 
 def scalar(url: str, sql: str) -> object:

@@ -20,7 +20,7 @@ from typing import Any
 
 import httpx
 
-from infra.procs import free_port, spawn, stop_group, tail, wait_for_port
+from convdb.infra.procs import free_port, spawn, stop_group, tail, wait_for_port
 from tests.conftest import wait_until
 
 CONVDB_IMAGE = "convdb:"
@@ -150,7 +150,7 @@ class Deployment:
 
     def _argv(self, name: str, entrypoint: list[str], command: list[str]) -> list[str]:
         if entrypoint == ["convdb"]:
-            head = [sys.executable, "-m", "infra.cli.main"]
+            head = [sys.executable, "-m", "convdb"]
         elif entrypoint[:1] == ["python"]:
             head = [sys.executable, *entrypoint[1:]]
         else:

@@ -23,8 +23,8 @@ import pytest
 import sqlalchemy as sa
 from prometheus_client.parser import text_string_to_metric_families
 
-from infra.procs import free_port
-from infra.s3 import make_s3_client
+from convdb.infra.procs import free_port
+from convdb.infra.s3 import make_s3_client
 from tests.conftest import BrokerInfo, S3Endpoint, wait_until
 from tests.deploy.compose_run import Deployment
 from tests.deploy.conftest import DEPLOY, DeployCheck

@@ -9,15 +9,15 @@ from pathlib import Path
 
 import httpx
 
-from infra.procs import free_port, spawn, stop_group, wait_for_port
-from infra.settings import SAMPLE_CREDENTIALS, Settings
+from convdb.infra.procs import free_port, spawn, stop_group, wait_for_port
+from convdb.infra.settings import SAMPLE_CREDENTIALS, Settings
 
 
 def convdb(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
     """`convdb ARGS` with exactly these CONVDB_* variables."""
     clean = {k: v for k, v in os.environ.items() if not k.startswith("CONVDB_")}
     return subprocess.run(
-        [sys.executable, "-m", "infra.cli.main", *args],
+        [sys.executable, "-m", "convdb", *args],
         env={**clean, **env},
         capture_output=True,
         text=True,
@@ -85,7 +85,7 @@ def test_serve_accepts_the_default_key_in_dev_mode(tmp_path: Path) -> None:
         "CONVDB_DEV": "true",
     }
     log = tmp_path / "serve.log"
-    proc = spawn([sys.executable, "-m", "infra.cli.main", "serve", "--port", str(port)], log, env)
+    proc = spawn([sys.executable, "-m", "convdb", "serve", "--port", str(port)], log, env)
     try:
         wait_for_port(proc, port, 60, "convdb serve", log)
         url = f"http://127.0.0.1:{port}/conversations"

@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from infra.cli.main import build_parser
-from infra.settings import Settings
+from convdb.infra.cli.main import build_parser
+from convdb.infra.settings import Settings
 from tests.deploy.conftest import DEPLOY, DeployCheck
 
 COMPOSE = DEPLOY / "compose.yaml"
@@ -204,7 +204,7 @@ def test_kubernetes_deployments_are_operable(deploycheck: DeployCheck) -> None:
 
 
 def test_compose_runs_the_kafka_version_the_tests_prove(deploycheck: DeployCheck) -> None:
-    from infra.kafka_jars import KAFKA_VERSION
+    from convdb.infra.dev.kafka_jars import KAFKA_VERSION
 
     services = deploycheck.compose(COMPOSE, ENV_EXAMPLE, "*")["services"]
     for name in ("kafka", "kafka-2", "kafka-3"):

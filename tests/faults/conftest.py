@@ -12,12 +12,12 @@ from pathlib import Path
 import pytest
 from confluent_kafka.admin import AdminClient
 
-from consumers.reconciler import CHANGELOG
-from infra.apache import ApacheKafka
-from infra.kafka import apply_topics
-from infra.s3 import make_s3_client
-from infra.settings import S3Settings, Settings
-from schemas.topics import ALL_TOPICS
+from convdb.consumers.reconciler import CHANGELOG
+from convdb.infra.dev.apache import ApacheKafka
+from convdb.infra.kafka import apply_topics
+from convdb.infra.s3 import make_s3_client
+from convdb.infra.settings import S3Settings, Settings
+from convdb.schemas.topics import ALL_TOPICS
 from tests.conftest import S3Endpoint
 from tests.reconciler.conftest import Proc, start_provider, wait_worker_ready
 
@@ -47,7 +47,7 @@ class Pipeline:
     def convdb(self, name: str, *argv: str) -> Proc:
         """Start `convdb ARGV` as process `name` (log under root)."""
         env = {**self.settings.to_env(), "LITELLM_LOCAL_MODEL_COST_MAP": "True"}
-        proc = Proc([sys.executable, "-m", "infra.cli.main", *argv], self.root / f"{name}.log", env)
+        proc = Proc([sys.executable, "-m", "convdb", *argv], self.root / f"{name}.log", env)
         self.procs[name] = proc.start()
         return proc
 
@@ -58,7 +58,7 @@ class Pipeline:
     def show_logs(self) -> None:
         """Print the end of every process's log, with its threads' stacks (for a failure's report)."""
         for proc in self.procs.values():
-            if proc.alive and proc.argv[1:3] == ["-m", "infra.cli.main"]:
+            if proc.alive and proc.argv[1:3] == ["-m", "convdb"]:
                 proc.dump_stacks()
         time.sleep(1.0)
         for name, proc in self.procs.items():

@@ -22,11 +22,11 @@ from typing import Any
 import httpx
 import pytest
 
-from infra.apache import ApacheKafka
-from infra.settings import Settings
-from producers.publisher import EventPublisher
-from schemas import ActionEvent, EventEnvelope, InboxMessage, SingleObjectCodec, StateUpdateEvent
-from schemas.topics import EVENTS, INBOX
+from convdb.infra.dev.apache import ApacheKafka
+from convdb.infra.settings import Settings
+from convdb.producers.publisher import EventPublisher
+from convdb.schemas import ActionEvent, EventEnvelope, InboxMessage, SingleObjectCodec, StateUpdateEvent
+from convdb.schemas.topics import EVENTS, INBOX
 from tests.archive.conftest import archived_records
 from tests.conftest import S3Endpoint, wait_until
 from tests.consumers.verify import assert_index_exact, assert_stats_exact, assert_views_exact, scalar
@@ -102,7 +102,7 @@ def busiest_partition(settings: Settings) -> int:
 
 
 def _raw(settings: Settings) -> list[Any]:
-    from infra.reader import read_topic
+    from convdb.infra.reader import read_topic
 
     return list(read_topic(settings, EVENTS.name(settings.namespace)))
 

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from infra.settings import Settings
+from convdb.infra.settings import Settings
 from tests.producers._support import direct
 
 
@@ -30,12 +30,12 @@ def _die_with_parent() -> None:
 
 
 class RunnerProc:
-    """`python -m producers.fleet` as a child process; stdout JSON lines are parsed in a thread."""
+    """`python -m convdb runner` as a child process; stdout JSON lines are parsed in a thread."""
 
     def __init__(
         self, settings: Settings, workspace: Path, tracker: str | None, log: Path, **env: str
     ) -> None:
-        argv = [sys.executable, "-m", "producers.fleet", "--workspace", str(workspace)]
+        argv = [sys.executable, "-m", "convdb", "runner", "--workspace", str(workspace)]
         if tracker:
             argv += ["--tracker-url", tracker]
         base = {k: v for k, v in os.environ.items() if not k.startswith("CONVDB_")}

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from infra.settings import Settings
+from convdb.infra.settings import Settings
 from tests.producers._support import _base_env
 from tests.producers.test_demo_cli import convdb
 

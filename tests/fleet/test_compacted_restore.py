@@ -10,13 +10,13 @@ from pathlib import Path
 import pytest
 from confluent_kafka.admin import NewTopic
 
-from infra.kafka import apply_topics, make_admin
-from infra.partitioner import partition_for
-from infra.settings import Settings
-from producers.fleet.__main__ import build_context
-from producers.fleet.owner import PartitionOwner
-from schemas import MessageEvent, Snapshot
-from schemas.topics import STATE
+from convdb.infra.kafka import apply_topics, make_admin
+from convdb.infra.partitioner import partition_for
+from convdb.infra.settings import Settings
+from convdb.producers.fleet.owner import PartitionOwner
+from convdb.producers.fleet.service import build_context
+from convdb.schemas import MessageEvent, Snapshot
+from convdb.schemas.topics import STATE
 from tests.conftest import BrokerInfo, wait_until
 from tests.fleet._support import RunnerProc, fleet_settings, wait_for
 from tests.producers._support import events, records

@@ -6,12 +6,12 @@ from datetime import UTC, datetime
 
 import pytest
 
-from producers.errors import RecordTooLargeError
-from producers.fleet.external import check_extensions, origin_of
-from producers.fleet.limits import check_sizes
-from projections.errors import ForeignRecordError
-from projections.view import fold, initial
-from schemas import MessageEvent, SingleObjectCodec
+from convdb.producers.errors import RecordTooLargeError
+from convdb.producers.fleet.external import check_extensions, origin_of
+from convdb.producers.fleet.limits import check_sizes
+from convdb.projections.errors import ForeignRecordError
+from convdb.projections.view import fold, initial
+from convdb.schemas import MessageEvent, SingleObjectCodec
 
 AT = datetime(2026, 5, 2, tzinfo=UTC)
 

@@ -12,13 +12,13 @@ from typing import Any
 
 import pytest
 
-from infra.partitioner import partition_for
-from infra.settings import Settings
-from producers.fleet import transactional_id
-from producers.provider.process import ProviderProcess
-from producers.publisher import EventPublisher
-from schemas import ActionEvent, EffectConfirmed, InboxMessage, SingleObjectCodec, StateUpdateEvent
-from schemas.topics import EFFECTS, EVENTS, INBOX
+from convdb.infra.dev.tracker.process import ProviderProcess
+from convdb.infra.partitioner import partition_for
+from convdb.infra.settings import Settings
+from convdb.producers.fleet import transactional_id
+from convdb.producers.publisher import EventPublisher
+from convdb.schemas import ActionEvent, EffectConfirmed, InboxMessage, SingleObjectCodec, StateUpdateEvent
+from convdb.schemas.topics import EFFECTS, EVENTS, INBOX
 from tests.fleet._support import RunnerProc, fleet_settings, wait_for
 from tests.producers._support import by_conversation, records
 

@@ -20,12 +20,12 @@ from typing import Any
 import pytest
 from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 
-from infra.kafka import apply_topics, common_config
-from infra.producer import DurableProducer
-from infra.reader import partition_extents, read_topic
-from infra.settings import Settings
-from schemas import ExternalBatch, SingleObjectCodec
-from schemas.topics import DLQ, EVENTS, INBOX
+from convdb.infra.kafka import apply_topics, common_config
+from convdb.infra.producer import DurableProducer
+from convdb.infra.reader import partition_extents, read_topic
+from convdb.infra.settings import Settings
+from convdb.schemas import ExternalBatch, SingleObjectCodec
+from convdb.schemas.topics import DLQ, EVENTS, INBOX
 from tests.conftest import BrokerInfo
 from tests.producers._support import by_conversation, direct, records, runner_cmd, start
 

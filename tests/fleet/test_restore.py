@@ -8,12 +8,12 @@ from pathlib import Path
 
 import pytest
 
-from infra.partitioner import partition_for
-from infra.settings import Settings
-from producers.conversation import Conversation
-from producers.fleet.__main__ import build_context
-from producers.fleet.owner import PartitionOwner
-from schemas import CondensationEvent, MessageEvent
+from convdb.infra.partitioner import partition_for
+from convdb.infra.settings import Settings
+from convdb.producers.conversation import Conversation
+from convdb.producers.fleet.owner import PartitionOwner
+from convdb.producers.fleet.service import build_context
+from convdb.schemas import CondensationEvent, MessageEvent
 from tests.fleet._support import RunnerProc, fleet_settings, wait_for
 from tests.producers._support import events
 

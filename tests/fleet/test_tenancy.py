@@ -13,12 +13,12 @@ from pathlib import Path
 import httpx
 import pytest
 
-from infra.dlq import ERROR_CLASS, ERROR_MESSAGE
-from infra.procs import free_port
-from infra.reader import read_topic
-from infra.settings import Settings
-from schemas import MessageEvent
-from schemas.topics import DLQ
+from convdb.infra.dlq import ERROR_CLASS, ERROR_MESSAGE
+from convdb.infra.procs import free_port
+from convdb.infra.reader import read_topic
+from convdb.infra.settings import Settings
+from convdb.schemas import MessageEvent
+from convdb.schemas.topics import DLQ
 from tests.fleet._support import RunnerProc, fleet_settings, wait_for
 from tests.producers._support import events, final_status, send
 

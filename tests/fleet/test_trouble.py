@@ -5,13 +5,13 @@ from __future__ import annotations
 
 from confluent_kafka import KafkaError, KafkaException
 
-from infra.dlq import ERROR_MESSAGE
-from infra.errors import PublishError
-from infra.ops import Health
-from producers.fleet.limits import fit_dead_letter, record_fault, too_large
-from producers.fleet.trouble import STALLED_AFTER, PartitionTrouble
-from producers.observe import RunnerMetrics
-from schemas.errors import SchemaError
+from convdb.infra.dlq import ERROR_MESSAGE
+from convdb.infra.errors import PublishError
+from convdb.infra.ops import Health
+from convdb.producers.fleet.limits import fit_dead_letter, record_fault, too_large
+from convdb.producers.fleet.trouble import STALLED_AFTER, PartitionTrouble
+from convdb.producers.observe import RunnerMetrics
+from convdb.schemas.errors import SchemaError
 
 
 def stalled(metrics: RunnerMetrics) -> float | None:

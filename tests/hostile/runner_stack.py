@@ -19,14 +19,14 @@ from typing import Any
 import httpx
 from confluent_kafka import Consumer, Producer, TopicPartition
 
-from infra.dlq import CONSUMER, ORIGINAL_OFFSET, ORIGINAL_PARTITION, ORIGINAL_TOPIC
-from infra.kafka import apply_topics, common_config, producer_config
-from infra.partitioner import partition_for
-from infra.procs import free_port, wait_for_port
-from infra.reader import partition_extents, read_topic
-from infra.settings import Settings
-from schemas import ExternalBatch, InboxMessage, SingleObjectCodec, StateUpdateEvent
-from schemas.topics import ALL_TOPICS
+from convdb.infra.dlq import CONSUMER, ORIGINAL_OFFSET, ORIGINAL_PARTITION, ORIGINAL_TOPIC
+from convdb.infra.kafka import apply_topics, common_config, producer_config
+from convdb.infra.partitioner import partition_for
+from convdb.infra.procs import free_port, wait_for_port
+from convdb.infra.reader import partition_extents, read_topic
+from convdb.infra.settings import Settings
+from convdb.schemas import ExternalBatch, InboxMessage, SingleObjectCodec, StateUpdateEvent
+from convdb.schemas.topics import ALL_TOPICS
 from tests.conftest import BrokerInfo
 from tests.hostile.stack import Service
 
@@ -274,7 +274,7 @@ class RunnerStack:
         base = {k: v for k, v in os.environ.items() if not k.startswith("CONVDB_")}
         full = {**base, **self.settings.to_env(), "LITELLM_LOCAL_MODEL_COST_MAP": "True", **(env or {})}
         return subprocess.run(
-            [sys.executable, "-m", "infra.cli.main", *args],
+            [sys.executable, "-m", "convdb", *args],
             env=full,
             capture_output=True,
             text=True,

@@ -18,13 +18,13 @@ from typing import Any
 
 import httpx
 
-from infra.kafka import apply_topics
-from infra.procs import free_port, spawn, stop_group, tail, wait_for_port
-from infra.reader import read_topic
-from infra.s3 import make_s3_client
-from infra.settings import S3Settings, Settings
-from schemas import SingleObjectCodec
-from schemas.topics import ALL_TOPICS
+from convdb.infra.kafka import apply_topics
+from convdb.infra.procs import free_port, spawn, stop_group, tail, wait_for_port
+from convdb.infra.reader import read_topic
+from convdb.infra.s3 import make_s3_client
+from convdb.infra.settings import S3Settings, Settings
+from convdb.schemas import SingleObjectCodec
+from convdb.schemas.topics import ALL_TOPICS
 from tests.conftest import BrokerInfo, S3Endpoint
 
 KEYS = {"key-acme": "acme", "key-umbrella": "umbrella"}
@@ -48,7 +48,7 @@ class Service:
 
     def start(self) -> Service:
         """Start it (again)."""
-        self.proc = spawn([sys.executable, "-m", "infra.cli.main", *self.argv], self.log, self.env)
+        self.proc = spawn([sys.executable, "-m", "convdb", *self.argv], self.log, self.env)
         return self
 
     def alive(self) -> bool:

@@ -21,11 +21,11 @@ import pytest
 import sqlalchemy as sa
 from confluent_kafka import Producer
 
-from consumers.archive.container import read_container
-from consumers.archive.target import open_target
-from infra.dlq import ERROR_CLASS
-from infra.kafka import producer_config
-from schemas import InboxMessage, MessageEvent, ObservationEvent, Receipt
+from convdb.consumers.archive.container import read_container
+from convdb.consumers.archive.target import open_target
+from convdb.infra.dlq import ERROR_CLASS
+from convdb.infra.kafka import producer_config
+from convdb.schemas import InboxMessage, MessageEvent, ObservationEvent, Receipt
 from tests.conftest import BrokerInfo, S3Endpoint
 from tests.consumers.conftest import drop_pg_schema, make_pg_schema, require_pg
 from tests.hostile.stack import (

@@ -21,8 +21,8 @@ from typing import Any
 import httpx
 import pytest
 
-from infra.reader import read_topic
-from schemas import ExternalBatch
+from convdb.infra.reader import read_topic
+from convdb.schemas import ExternalBatch
 from tests.conftest import BrokerInfo
 from tests.hostile.runner_stack import ACME, CODEC, RunnerStack, openhands_id, runner_settings
 from tests.projections.openhands_mutations import nested_list

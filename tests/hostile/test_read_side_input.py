@@ -29,17 +29,17 @@ import sqlalchemy as sa
 from confluent_kafka import Producer
 from sqlalchemy.engine import Connection
 
-from consumers.base import ConsumedRecord, Rejection, TableProjector, load_rows
-from consumers.dlq import OMITTED
-from consumers.metrics import MetricsServer
-from consumers.runner import Runner
-from consumers.store import upsert
-from consumers.titles import TitlesConsumer
-from infra.dlq import ERROR_CLASS, ERROR_MESSAGE, ORIGINAL_OFFSET
-from infra.kafka import apply_topics, producer_config
-from infra.settings import Settings
-from schemas import EventEnvelope, SingleObjectCodec
-from schemas.topics import EVENTS
+from convdb.consumers.base import ConsumedRecord, Rejection, TableProjector, load_rows
+from convdb.consumers.dlq import OMITTED
+from convdb.consumers.metrics import MetricsServer
+from convdb.consumers.runner import Runner
+from convdb.consumers.store import upsert
+from convdb.consumers.titles import TitlesConsumer
+from convdb.infra.dlq import ERROR_CLASS, ERROR_MESSAGE, ORIGINAL_OFFSET
+from convdb.infra.kafka import apply_topics, producer_config
+from convdb.infra.settings import Settings
+from convdb.schemas import EventEnvelope, SingleObjectCodec
+from convdb.schemas.topics import EVENTS
 from tests.conftest import wait_until
 from tests.consumers.builders import conversation
 from tests.consumers.procs import ConsumerProcess, metric_value

@@ -22,8 +22,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from infra.dlq import CONSUMER, ORIGINAL_OFFSET, ORIGINAL_PARTITION, ORIGINAL_TOPIC
-from infra.reader import read_topic
+from convdb.infra.dlq import CONSUMER, ORIGINAL_OFFSET, ORIGINAL_PARTITION, ORIGINAL_TOPIC
+from convdb.infra.reader import read_topic
 from tests.conftest import BrokerInfo
 from tests.hostile.runner_stack import ACME, RunnerStack, on_partition, openhands_id, runner_settings
 from tests.projections.openhands_mutations import INFO, hostile_batches, hostile_infos

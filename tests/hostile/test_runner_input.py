@@ -19,9 +19,9 @@ from typing import Any
 
 import pytest
 
-from infra.dlq import ERROR_CLASS, ERROR_MESSAGE
-from infra.partitioner import partition_for
-from schemas import ExternalEvent, MessageEvent, Snapshot
+from convdb.infra.dlq import ERROR_CLASS, ERROR_MESSAGE
+from convdb.infra.partitioner import partition_for
+from convdb.schemas import ExternalEvent, MessageEvent, Snapshot
 from tests.conftest import BrokerInfo
 from tests.hostile.runner_stack import (
     ACME,

@@ -25,18 +25,18 @@ from pathlib import Path
 import pytest
 from confluent_kafka import Producer
 
-from consumers.archive.container import RawRecord
-from consumers.archive.sink import ArchiveSink, StoredObject
-from consumers.archive.target import open_target
-from consumers.reconciler.core import Reconciler
-from infra.dlq import ERROR_CLASS, ERROR_MESSAGE, ORIGINAL_OFFSET
-from infra.kafka import producer_config
-from infra.ops import Health
-from infra.s3 import make_s3_client
-from infra.settings import Settings
-from projections.operation import END_OF_TIME
-from schemas import ActionEvent, EffectStarted, SingleObjectCodec
-from schemas.topics import EFFECTS, EVENTS, RECEIPTS
+from convdb.consumers.archive.container import RawRecord
+from convdb.consumers.archive.sink import ArchiveSink, StoredObject
+from convdb.consumers.archive.target import open_target
+from convdb.consumers.reconciler.core import Reconciler
+from convdb.infra.dlq import ERROR_CLASS, ERROR_MESSAGE, ORIGINAL_OFFSET
+from convdb.infra.kafka import producer_config
+from convdb.infra.ops import Health
+from convdb.infra.s3 import make_s3_client
+from convdb.infra.settings import Settings
+from convdb.projections.operation import END_OF_TIME
+from convdb.schemas import ActionEvent, EffectStarted, SingleObjectCodec
+from convdb.schemas.topics import EFFECTS, EVENTS, RECEIPTS
 from tests.archive.conftest import SinkThread, archived_records, chain, publish, rotated
 from tests.conftest import BrokerInfo, S3Endpoint, wait_until
 from tests.helpers import now, read_topic

@@ -12,11 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from infra.procs import free_port, pid_alive
-from infra.settings import Settings
-from producers.publisher import EventPublisher
-from schemas import MessageEvent, ObservationEvent, SingleObjectCodec
-from schemas._types import AvroModel
+from convdb.infra.procs import free_port, pid_alive
+from convdb.infra.settings import Settings
+from convdb.producers.publisher import EventPublisher
+from convdb.schemas import MessageEvent, ObservationEvent, SingleObjectCodec
+from convdb.schemas._types import AvroModel
 from tests.helpers import new_id, now
 
 pytestmark = pytest.mark.kafka
@@ -25,10 +25,10 @@ pytestmark = pytest.mark.kafka
 def convdb(
     env: dict[str, str], *args: str, timeout: float = 60.0, cwd: Path | None = None
 ) -> subprocess.CompletedProcess[str]:
-    """Run `python -m infra.cli.main ARGS` with exactly these CONVDB_* variables."""
+    """Run `python -m convdb ARGS` with exactly these CONVDB_* variables."""
     clean = {k: v for k, v in os.environ.items() if not k.startswith("CONVDB_")}
     return subprocess.run(
-        [sys.executable, "-m", "infra.cli.main", *args],
+        [sys.executable, "-m", "convdb", *args],
         env={**clean, **env},
         capture_output=True,
         text=True,

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from infra.procs import free_port
+from convdb.infra.procs import free_port
 from tests.infra.test_cli import convdb
 
 BAD_INPUT = [

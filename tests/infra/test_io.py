@@ -9,15 +9,15 @@ from collections.abc import Callable
 import pytest
 from confluent_kafka import OFFSET_BEGINNING, Producer, TopicPartition
 
-from infra.dlq import error_headers
-from infra.errors import FencedError, PublishError
-from infra.kafka import producer_config
-from infra.partitioner import murmur2, partition_for
-from infra.procs import free_port
-from infra.producer import DurableProducer, TransactionalProducer
-from infra.reader import partition_extents, read_to_end
-from infra.settings import Settings
-from schemas.topics import EVENTS
+from convdb.infra.dlq import error_headers
+from convdb.infra.errors import FencedError, PublishError
+from convdb.infra.kafka import producer_config
+from convdb.infra.partitioner import murmur2, partition_for
+from convdb.infra.procs import free_port
+from convdb.infra.producer import DurableProducer, TransactionalProducer
+from convdb.infra.reader import partition_extents, read_to_end
+from convdb.infra.settings import Settings
+from convdb.schemas.topics import EVENTS
 from tests.helpers import read_topic
 
 pytestmark = pytest.mark.brokers  # the tests that take a broker run on each kind

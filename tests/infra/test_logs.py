@@ -10,8 +10,8 @@ import pytest
 from opentelemetry import trace
 from opentelemetry.sdk.trace import TracerProvider
 
-from infra.logs import configure_logging, log_context
-from infra.settings import OpsSettings
+from convdb.infra.logs import configure_logging, log_context
+from convdb.infra.settings import OpsSettings
 
 
 @pytest.fixture(autouse=True)

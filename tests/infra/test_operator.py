@@ -9,15 +9,15 @@ from pathlib import Path
 
 import pytest
 
-from consumers.archive.replay import open_store, plan_replay, replay
-from consumers.archive.sources import Window
-from consumers.views import ViewsConsumer
-from infra import dlq
-from infra.producer import DurableProducer, TransactionalProducer
-from infra.settings import Settings
-from producers.publisher import EventPublisher
-from schemas import SingleObjectCodec
-from schemas.topics import DLQ, EVENTS
+from convdb.consumers.archive.replay import open_store, plan_replay, replay
+from convdb.consumers.archive.sources import Window
+from convdb.consumers.views import ViewsConsumer
+from convdb.infra import dlq
+from convdb.infra.producer import DurableProducer, TransactionalProducer
+from convdb.infra.settings import Settings
+from convdb.producers.publisher import EventPublisher
+from convdb.schemas import SingleObjectCodec
+from convdb.schemas.topics import DLQ, EVENTS
 from tests.infra.test_cli import convdb, events_for
 
 pytestmark = pytest.mark.kafka
@@ -48,7 +48,7 @@ def test_tail_reads_the_dlq_with_its_reasons(settings: Settings) -> None:
 def test_a_closed_pipe_ends_quietly(settings: Settings) -> None:
     EventPublisher(settings, SingleObjectCodec()).publish_durable(events_for("conv-pipe", 400))
     proc = subprocess.Popen(
-        [sys.executable, "-m", "infra.cli.main", "tail", "--format", "json"],
+        [sys.executable, "-m", "convdb", "tail", "--format", "json"],
         env={**settings.to_env(), "PATH": "/usr/bin:/bin"},
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,

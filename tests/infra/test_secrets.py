@@ -9,16 +9,16 @@ from pathlib import Path
 
 import pytest
 
-from infra.logs import JsonFormatter, TextFormatter
-from infra.secret_patterns import RULES
-from infra.secrets import (
+from convdb.infra.logs import JsonFormatter, TextFormatter
+from convdb.infra.secret_patterns import RULES
+from convdb.infra.secrets import (
     SecretsFileError,
     SecretsRegistry,
     load_secrets_file,
     redact_patterns,
     registry_for,
 )
-from schemas import MessageEvent
+from convdb.schemas import MessageEvent
 from tests.helpers import now
 
 PLANTED = {

@@ -14,9 +14,9 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
-from infra.secret_patterns import RULES
-from infra.secrets import SecretsRegistry, redact_patterns, triggered_rules
-from infra.settings import Settings
+from convdb.infra.secret_patterns import RULES
+from convdb.infra.secrets import SecretsRegistry, redact_patterns, triggered_rules
+from convdb.infra.settings import Settings
 from tests.infra.secret_samples import EXTRA, FORMATS, ORDINARY, near_misses, openhands_batch
 
 KNOWN_MISSES = {"discord_bot_token", "pgpass_line"}

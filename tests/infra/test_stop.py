@@ -16,12 +16,12 @@ from pathlib import Path
 import httpx
 import pytest
 
-from consumers.reconciler import CHANGELOG
-from infra.broker import EmbeddedBroker
-from infra.kafka import apply_topics
-from infra.procs import free_port
-from infra.settings import Settings
-from schemas.topics import ALL_TOPICS
+from convdb.consumers.reconciler import CHANGELOG
+from convdb.infra.dev.broker import EmbeddedBroker
+from convdb.infra.kafka import apply_topics
+from convdb.infra.procs import free_port
+from convdb.infra.settings import Settings
+from convdb.schemas.topics import ALL_TOPICS
 from tests.conftest import BrokerInfo, wait_until
 from tests.reconciler.conftest import Proc, wait_worker_ready
 
@@ -79,7 +79,7 @@ def test_a_service_whose_brokers_are_gone_ends_within_its_stop_grace(
         "CONVDB_OPS__LOG_LEVEL": "INFO",
         "CONVDB_OPS__PORT": str(port),
     }
-    argv = [sys.executable, "-m", "infra.cli.main", *SERVICES[command]]
+    argv = [sys.executable, "-m", "convdb", *SERVICES[command]]
     service = Proc(argv, tmp_path / "service.log", env).start()
     assert service.proc is not None
     try:

@@ -22,12 +22,12 @@ import httpx
 import pytest
 from confluent_kafka import Consumer, TopicPartition
 
-from infra.kafka import common_config
-from infra.procs import free_port, spawn, stop_group, wait_for_port
-from infra.reader import partition_extents, read_topic
-from infra.settings import Settings
-from schemas import ExternalBatch, SingleObjectCodec
-from schemas.topics import INBOX
+from convdb.infra.kafka import common_config
+from convdb.infra.procs import free_port, spawn, stop_group, wait_for_port
+from convdb.infra.reader import partition_extents, read_topic
+from convdb.infra.settings import Settings
+from convdb.schemas import ExternalBatch, SingleObjectCodec
+from convdb.schemas.topics import INBOX
 from tests.fleet._support import RunnerProc, fleet_settings, wait_for
 
 HERE = Path(__file__).resolve().parent
@@ -123,7 +123,7 @@ class Convdb:
             **self.settings.to_env(),
         }
         done = subprocess.run(
-            [sys.executable, "-m", "infra.cli.main", *args],
+            [sys.executable, "-m", "convdb", *args],
             env=env,
             capture_output=True,
             text=True,
@@ -215,10 +215,8 @@ def convdb(settings: Settings, tmp_path: Path, request: pytest.FixtureRequest) -
     )
     port = free_port()
     env = settings.to_env()
-    serve = spawn(
-        [sys.executable, "-m", "infra.cli.main", "serve", "--port", str(port)], tmp_path / "serve.log", env
-    )
-    consume = spawn([sys.executable, "-m", "infra.cli.main", "consume", "all"], tmp_path / "consume.log", env)
+    serve = spawn([sys.executable, "-m", "convdb", "serve", "--port", str(port)], tmp_path / "serve.log", env)
+    consume = spawn([sys.executable, "-m", "convdb", "consume", "all"], tmp_path / "consume.log", env)
     running = Convdb(settings, f"http://127.0.0.1:{port}", _runner(settings, tmp_path), tmp_path)
     try:
         wait_for_port(serve, port, 60, "convdb serve", tmp_path / "serve.log")

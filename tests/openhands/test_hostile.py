@@ -13,13 +13,13 @@ import httpx
 import pytest
 from fastapi.testclient import TestClient
 
-from consumers.api import create_app
-from infra.dlq import ERROR_CLASS, ERROR_MESSAGE
-from infra.producer import DurableProducer
-from infra.reader import read_topic
-from infra.settings import Settings
-from schemas import ExternalBatch, SingleObjectCodec
-from schemas.topics import DLQ, INBOX
+from convdb.consumers.api import create_app
+from convdb.infra.dlq import ERROR_CLASS, ERROR_MESSAGE
+from convdb.infra.producer import DurableProducer
+from convdb.infra.reader import read_topic
+from convdb.infra.settings import Settings
+from convdb.schemas import ExternalBatch, SingleObjectCodec
+from convdb.schemas.topics import DLQ, INBOX
 from tests.fleet._support import wait_for
 from tests.openhands.conftest import KEY, Convdb, inbox_batches
 from tests.projections.test_openhands import SAMPLE

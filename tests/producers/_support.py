@@ -10,15 +10,15 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from infra.producer import DurableProducer
-from infra.reader import read_topic
-from infra.settings import Settings
-from producers.conversation import Conversation
-from producers.publisher import EventPublisher
-from producers.runtime import Runtime, build_runtime
-from producers.sink import DurableSink
-from schemas import InboxMessage, SingleObjectCodec, StateUpdateEvent
-from schemas.topics import EFFECTS, EVENTS, INBOX, Topic
+from convdb.infra.producer import DurableProducer
+from convdb.infra.reader import read_topic
+from convdb.infra.settings import Settings
+from convdb.producers.conversation import Conversation
+from convdb.producers.publisher import EventPublisher
+from convdb.producers.runtime import Runtime, build_runtime
+from convdb.producers.sink import DurableSink
+from convdb.schemas import InboxMessage, SingleObjectCodec, StateUpdateEvent
+from convdb.schemas.topics import EFFECTS, EVENTS, INBOX, Topic
 
 
 def direct(settings: Settings, **runtime: Any) -> Settings:
@@ -29,8 +29,8 @@ def direct(settings: Settings, **runtime: Any) -> Settings:
 
 
 def runner_cmd(workspace: Path, tracker: str | None = None, idle_exit: float = 0.0) -> list[str]:
-    """argv of a fleet runner process (`python -m producers.fleet`), exiting when idle if asked."""
-    argv = [sys.executable, "-m", "producers.fleet", "--workspace", str(workspace)]
+    """argv of a fleet runner process (`python -m convdb runner`), exiting when idle if asked."""
+    argv = [sys.executable, "-m", "convdb", "runner", "--workspace", str(workspace)]
     argv += ["--tracker-url", tracker] if tracker else []
     return argv + (["--idle-exit", str(idle_exit)] if idle_exit else [])
 

@@ -6,15 +6,15 @@ from pathlib import Path
 
 import pytest
 
-from infra.partitioner import partition_for
-from infra.reader import read_topic
-from infra.settings import Settings
-from producers.agent import ConfirmationPolicy
-from producers.fleet.owner import FleetContext, PartitionOwner
-from producers.fleet.store import SnapshotStore
-from producers.provider.process import ProviderProcess
-from schemas import ActionEvent, AgentErrorEvent, LLMUsageEvent, ObservationEvent, UserRejectEvent
-from schemas.topics import ALL_TOPICS
+from convdb.infra.dev.tracker.process import ProviderProcess
+from convdb.infra.partitioner import partition_for
+from convdb.infra.reader import read_topic
+from convdb.infra.settings import Settings
+from convdb.producers.agent import ConfirmationPolicy
+from convdb.producers.fleet.owner import FleetContext, PartitionOwner
+from convdb.producers.fleet.store import SnapshotStore
+from convdb.schemas import ActionEvent, AgentErrorEvent, LLMUsageEvent, ObservationEvent, UserRejectEvent
+from convdb.schemas.topics import ALL_TOPICS
 from tests.producers._support import direct, events, standalone
 
 pytestmark = pytest.mark.kafka

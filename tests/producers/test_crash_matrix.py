@@ -17,14 +17,14 @@ from typing import Any
 
 import pytest
 
-from infra.kafka import apply_topics
-from infra.settings import Settings
-from producers.crashpoints import EFFECT_POINTS
-from producers.fleet.__main__ import build_context
-from producers.fleet.runner import FleetRunner, serve_until
-from producers.provider.process import ProviderProcess
-from schemas import ActionEvent, EffectUnknown, ObservationEvent
-from schemas.topics import EFFECTS, EVENTS
+from convdb.infra.dev.tracker.process import ProviderProcess
+from convdb.infra.kafka import apply_topics
+from convdb.infra.settings import Settings
+from convdb.producers.crashpoints import EFFECT_POINTS
+from convdb.producers.fleet.runner import FleetRunner, serve_until
+from convdb.producers.fleet.service import build_context
+from convdb.schemas import ActionEvent, EffectUnknown, ObservationEvent
+from convdb.schemas.topics import EFFECTS, EVENTS
 from tests.producers._support import (
     by_conversation,
     direct,

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from infra.settings import Settings
+from convdb.infra.settings import Settings
 from tests.producers._support import _base_env
 
 pytestmark = pytest.mark.kafka
@@ -18,7 +18,7 @@ pytestmark = pytest.mark.kafka
 def convdb(
     args: list[str], env: dict[str, str], cwd: Path, timeout: float = 120
 ) -> subprocess.CompletedProcess[str]:
-    argv = [sys.executable, "-m", "infra.cli.main", *args]
+    argv = [sys.executable, "-m", "convdb", *args]
     return subprocess.run(argv, env=env, cwd=cwd, capture_output=True, text=True, timeout=timeout)
 
 

@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from infra.settings import Settings
-from producers.publisher import EventPublisher
-from schemas import InboxMessage, MessageEvent, SingleObjectCodec
-from schemas.topics import DLQ, EVENTS, INBOX
+from convdb.infra.settings import Settings
+from convdb.producers.publisher import EventPublisher
+from convdb.schemas import InboxMessage, MessageEvent, SingleObjectCodec
+from convdb.schemas.topics import DLQ, EVENTS, INBOX
 from tests.producers._support import by_conversation, direct, records, runner_cmd, start
 
 pytestmark = pytest.mark.kafka
@@ -82,6 +82,6 @@ def test_messages_before_start_and_during_a_crash_are_appended_once_in_order(
 
 
 def records_raw(settings: Settings) -> list[bytes]:
-    from infra.reader import read_topic
+    from convdb.infra.reader import read_topic
 
     return [m.value() for m in read_topic(settings, DLQ.name(settings.namespace))]

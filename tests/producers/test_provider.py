@@ -14,9 +14,9 @@ from typing import Any
 
 import pytest
 
-from producers.errors import OutcomeUnknownError
-from producers.provider.process import ProviderProcess
-from producers.tools import CreateIssueTool, NotifyTool, Operation
+from convdb.infra.dev.tracker.process import ProviderProcess
+from convdb.producers.errors import OutcomeUnknownError
+from convdb.producers.tools import CreateIssueTool, NotifyTool, Operation
 from tests.conftest import wait_until
 
 

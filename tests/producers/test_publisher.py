@@ -7,11 +7,11 @@ from collections import defaultdict
 
 import pytest
 
-from infra.settings import Settings
-from producers.errors import PublishError, SequenceGapError
-from producers.publisher import EventPublisher, TransactionalPublisher
-from schemas import MessageEvent, SingleObjectCodec
-from schemas.topics import EVENTS
+from convdb.infra.settings import Settings
+from convdb.producers.errors import PublishError, SequenceGapError
+from convdb.producers.publisher import EventPublisher, TransactionalPublisher
+from convdb.schemas import MessageEvent, SingleObjectCodec
+from convdb.schemas.topics import EVENTS
 from tests.helpers import new_id, now, read_topic
 
 pytestmark = [pytest.mark.kafka, pytest.mark.brokers]
@@ -80,7 +80,7 @@ def test_transactional_group_is_atomic(settings: Settings) -> None:
 
 
 def test_unreachable_broker_raises_within_deadline(make_settings) -> None:  # type: ignore[no-untyped-def]
-    from infra.procs import free_port
+    from convdb.infra.procs import free_port
 
     s = make_settings(bootstrap_servers=f"127.0.0.1:{free_port()}")
     s = s.model_copy(update={"kafka": s.kafka.model_copy(update={"delivery_timeout_s": 2.0})})

@@ -14,22 +14,22 @@ from typing import Any, ClassVar, TypeVar
 import pytest
 from pydantic import PrivateAttr
 
-from infra.settings import RuntimeSettings
-from producers import records as rec
-from producers._stats import RunStats
-from producers.agent import Agent
-from producers.crashpoints import NO_CRASH
-from producers.effect_protocol import EffectProtocol, Outcome
-from producers.errors import OutcomeUnknownError
-from producers.llm import DirectScriptedClient
-from producers.recovery import Recovery
-from producers.secrets import SecretsRegistry
-from producers.state import ConversationState, fold, initial
-from producers.tools.base import Operation, Tool, ToolArgs, ToolResult
-from producers.writer import Place, Services
-from projections.effects import transition_id
-from projections.settlement import MAX_ATTEMPTS
-from schemas import (
+from convdb.infra.settings import RuntimeSettings
+from convdb.producers import records as rec
+from convdb.producers._stats import RunStats
+from convdb.producers.agent import Agent
+from convdb.producers.crashpoints import NO_CRASH
+from convdb.producers.effect_protocol import EffectProtocol, Outcome
+from convdb.producers.errors import OutcomeUnknownError
+from convdb.producers.llm import DirectScriptedClient
+from convdb.producers.recovery import Recovery
+from convdb.producers.secrets import SecretsRegistry
+from convdb.producers.state import ConversationState, fold, initial
+from convdb.producers.tools.base import Operation, Tool, ToolArgs, ToolResult
+from convdb.producers.writer import Place, Services
+from convdb.projections.effects import transition_id
+from convdb.projections.settlement import MAX_ATTEMPTS
+from convdb.schemas import (
     ActionEvent,
     AvroModel,
     EffectConfirmed,
@@ -44,7 +44,7 @@ from schemas import (
     Snapshot,
     StateUpdateEvent,
 )
-from schemas._types import EffectClass
+from convdb.schemas._types import EffectClass
 
 E = TypeVar("E", bound=EventEnvelope)
 CID = "conv-unit"

@@ -7,14 +7,14 @@ from datetime import UTC, datetime
 
 import pytest
 
-from producers.errors import IllegalTransitionError
-from producers.ledger import EMPTY, fold_ledger
-from producers.messages import to_messages
-from producers.scripted import parse_plan, scripted_turn
-from producers.secrets import SecretsRegistry
-from producers.status import check_transition
-from projections.settlement import Step, may_retry, next_step
-from schemas import (
+from convdb.producers.errors import IllegalTransitionError
+from convdb.producers.ledger import EMPTY, fold_ledger
+from convdb.producers.messages import to_messages
+from convdb.producers.scripted import parse_plan, scripted_turn
+from convdb.producers.secrets import SecretsRegistry
+from convdb.producers.status import check_transition
+from convdb.projections.settlement import Step, may_retry, next_step
+from convdb.schemas import (
     ActionEvent,
     AgentErrorEvent,
     EffectProposed,

@@ -11,8 +11,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 from pydantic import TypeAdapter
 
-from projections.errors import CursorError, QueryError
-from projections.index import (
+from convdb.projections.errors import CursorError, QueryError
+from convdb.projections.index import (
     Cursor,
     EventKind,
     IndexRow,
@@ -23,7 +23,7 @@ from projections.index import (
     index_row,
     micros,
 )
-from schemas.events import EVENT_KINDS, EVENT_TYPES, Event, EventEnvelope
+from convdb.schemas.events import EVENT_KINDS, EVENT_TYPES, Event, EventEnvelope
 from tests.strategies import interleaved_conversations
 
 EVENT = TypeAdapter(Event)
@@ -184,7 +184,7 @@ def _shorten_reference(text: str, limit: int) -> str:
 )
 def test_shorten_of_a_prefix_equals_shortening_everything(parts: list[str], limit: int) -> None:
     """`shorten` collapses only a prefix of long texts; the result is the plain definition's."""
-    from projections._text import shorten
+    from convdb.projections._text import shorten
 
     text = "".join(parts)
     assert shorten(text, limit) == _shorten_reference(text, limit)

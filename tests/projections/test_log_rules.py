@@ -19,13 +19,13 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from projections import chain, stats, titles, view
-from projections.effects import fold as fold_operation
-from projections.effects import initial as initial_operation
-from projections.errors import ProjectionError, SequenceConflictError, TenantMismatchError
-from projections.view_tip import extend_tip, tip
-from schemas.events import ActionEvent, Event, LLMUsageEvent
-from schemas.records import EffectProposed
+from convdb.projections import chain, stats, titles, view
+from convdb.projections.effects import fold as fold_operation
+from convdb.projections.effects import initial as initial_operation
+from convdb.projections.errors import ProjectionError, SequenceConflictError, TenantMismatchError
+from convdb.projections.view_tip import extend_tip, tip
+from convdb.schemas.events import ActionEvent, Event, LLMUsageEvent
+from convdb.schemas.records import EffectProposed
 from tests.strategies import T0, conversations
 
 Folds = tuple[Callable[[str], Any], Callable[[Any, Event], Any], Callable[[Any, list[Event]], Any]]

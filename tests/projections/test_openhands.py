@@ -11,12 +11,12 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from projections.errors import ForeignRecordError
-from projections.openhands import Received, check_events, export, ingest, initial, resume
-from projections.openhands._check import clean
-from projections.openhands._patch import apply, diff
-from projections.view import path_to_root
-from schemas.events import Event
+from convdb.projections.errors import ForeignRecordError
+from convdb.projections.openhands import Received, check_events, export, ingest, initial, resume
+from convdb.projections.openhands._check import clean
+from convdb.projections.openhands._patch import apply, diff
+from convdb.projections.view import path_to_root
+from convdb.schemas.events import Event
 from tests.projections.openhands_events import batches, conversations, json_value
 
 CID = "6bd7943a-4698-477a-9eb8-b346b0c6bce9"

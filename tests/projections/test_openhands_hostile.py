@@ -16,14 +16,14 @@ import pytest
 from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
-from projections.errors import ForeignRecordError, ProjectionError
-from projections.openhands import Received, check_events, check_record, export, ingest, initial
-from projections.openhands._arguments import compact, expand, reference_for, spell
-from projections.openhands._check import clean
-from projections.openhands._fields import canonical_json
-from projections.openhands._patch import apply, diff
-from schemas import SingleObjectCodec
-from schemas.validation import MAX_JSON_DEPTH, json_problem, record_problem
+from convdb.projections.errors import ForeignRecordError, ProjectionError
+from convdb.projections.openhands import Received, check_events, check_record, export, ingest, initial
+from convdb.projections.openhands._arguments import compact, expand, reference_for, spell
+from convdb.projections.openhands._check import clean
+from convdb.projections.openhands._fields import canonical_json
+from convdb.projections.openhands._patch import apply, diff
+from convdb.schemas import SingleObjectCodec
+from convdb.schemas.validation import MAX_JSON_DEPTH, json_problem, record_problem
 from tests.projections.openhands_events import json_value
 from tests.projections.openhands_mutations import (
     CONVERSATION,

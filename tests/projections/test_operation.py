@@ -1,5 +1,5 @@
-"""The operation machine's decided transitions and the settlement rules (`projections.operation`,
-`projections.settlement`): the cases the runtime's and the reconciler's folds used to disagree on."""
+"""The operation machine's decided transitions and the settlement rules (`convdb.projections.operation`,
+`convdb.projections.settlement`): the cases the runtime's and the reconciler's folds used to disagree on."""
 
 from __future__ import annotations
 
@@ -8,10 +8,10 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from projections.errors import IllegalTransitionError
-from projections.operation import OperationState, OperationStatus, fold, initial
-from projections.settlement import MAX_ATTEMPTS, LookupResult, Step, next_step, settle
-from schemas import (
+from convdb.projections.errors import IllegalTransitionError
+from convdb.projections.operation import OperationState, OperationStatus, fold, initial
+from convdb.projections.settlement import MAX_ATTEMPTS, LookupResult, Step, next_step, settle
+from convdb.schemas import (
     EffectConfirmed,
     EffectFailed,
     EffectProposed,
@@ -157,9 +157,9 @@ def test_recovery_steps() -> None:
 
 
 def test_another_tenants_receipt_or_ledger_record_is_refused_and_the_runner_ignores_it() -> None:
-    from producers.ledger import EMPTY, fold_ledger
-    from projections.errors import TenantMismatchError
-    from schemas import EffectConfirmed, EffectProposed, Receipt
+    from convdb.producers.ledger import EMPTY, fold_ledger
+    from convdb.projections.errors import TenantMismatchError
+    from convdb.schemas import EffectConfirmed, EffectProposed, Receipt
 
     t = datetime(2026, 1, 1, tzinfo=UTC)
     mine = {"operation_id": "c1/a1", "conversation_id": "c1", "tenant_id": "acme", "timestamp": t}

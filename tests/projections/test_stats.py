@@ -10,10 +10,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from projections import stats
-from projections._folding import fold_conversations
-from projections.errors import ConversationMismatchError, SequenceGapError
-from schemas.events import (
+from convdb.projections import stats
+from convdb.projections._folding import fold_conversations
+from convdb.projections.errors import ConversationMismatchError, SequenceGapError
+from convdb.schemas.events import (
     ActionEvent,
     AgentErrorEvent,
     Event,

@@ -8,9 +8,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from projections import titles
-from projections.errors import SequenceGapError
-from schemas.events import Event, MessageEvent, TitleEvent
+from convdb.projections import titles
+from convdb.projections.errors import SequenceGapError
+from convdb.schemas.events import Event, MessageEvent, TitleEvent
 from tests.strategies import T0, batch_splits, conversations, split, texts, with_redeliveries
 
 

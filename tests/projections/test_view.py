@@ -9,11 +9,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from projections import view
-from projections._condense import condense
-from projections._folding import fold_conversations
-from projections.errors import ConversationMismatchError, SequenceGapError, UnknownEventError
-from schemas.events import (
+from convdb.projections import view
+from convdb.projections._condense import condense
+from convdb.projections._folding import fold_conversations
+from convdb.projections.errors import ConversationMismatchError, SequenceGapError, UnknownEventError
+from convdb.schemas.events import (
     ActiveLeafChangedEvent,
     CondensationEvent,
     Event,

@@ -5,9 +5,9 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from projections import view
-from projections.view_tip import Tip, extend_tip, tip
-from schemas.events import Event, MessageEvent
+from convdb.projections import view
+from convdb.projections.view_tip import Tip, extend_tip, tip
+from convdb.schemas.events import Event, MessageEvent
 from tests.strategies import T0, batch_splits, conversations, split, with_redeliveries
 
 

@@ -13,11 +13,11 @@ from subprocess import Popen
 import httpx
 import pytest
 
-from consumers.reconciler import CHANGELOG
-from infra.kafka import apply_topics
-from infra.procs import free_port, spawn, stop_group, tail, wait_for_port
-from infra.settings import Settings
-from schemas.topics import ALL_TOPICS
+from convdb.consumers.reconciler import CHANGELOG
+from convdb.infra.kafka import apply_topics
+from convdb.infra.procs import free_port, spawn, stop_group, tail, wait_for_port
+from convdb.infra.settings import Settings
+from convdb.schemas.topics import ALL_TOPICS
 from tests.conftest import BrokerInfo, wait_until
 from tests.producers._support import runner_cmd, send
 
@@ -89,7 +89,7 @@ def module_settings(broker: BrokerInfo, data_dir: Path, **overrides: object) -> 
 def start_provider(log: Path, receipts_url: str | None = None) -> tuple[Proc, str]:
     """The demo tracker as a real process; returns it and its base URL."""
     port = free_port()
-    argv = [sys.executable, "-m", "producers.provider", "--port", str(port)]
+    argv = [sys.executable, "-m", "convdb", "dev", "tracker", "--port", str(port)]
     if receipts_url:
         argv += ["--receipts-url", receipts_url, "--receipt-secret", RECEIPT_SECRET]
     proc = Proc(argv, log, {}).start()
@@ -106,7 +106,7 @@ def provider_stats(url: str) -> dict[str, object]:
 def reconciler_proc(settings: Settings, log: Path) -> Proc:
     """A `convdb reconcile` worker (not started)."""
     env = {**settings.to_env(), "LITELLM_LOCAL_MODEL_COST_MAP": "True"}
-    return Proc([sys.executable, "-m", "infra.cli.main", "reconcile", "--log-level", "info"], log, env)
+    return Proc([sys.executable, "-m", "convdb", "reconcile", "--log-level", "info"], log, env)
 
 
 def wait_worker_ready(worker: Proc, timeout: float = 120.0) -> None:
@@ -211,13 +211,9 @@ def start_system(broker: BrokerInfo, root: Path, procs: list[Proc], *, receipts:
     procs.append(provider)
     settings = system_settings(broker, root, provider_url)
     env = {**settings.to_env(), "LITELLM_LOCAL_MODEL_COST_MAP": "True"}
-    api = Proc(
-        [sys.executable, "-m", "infra.cli.main", "serve", "--port", str(api_port)], root / "api.log", env
-    )
+    api = Proc([sys.executable, "-m", "convdb", "serve", "--port", str(api_port)], root / "api.log", env)
     procs.append(api.start())
-    consumer = Proc(
-        [sys.executable, "-m", "infra.cli.main", "consume", "effects"], root / "consumer.log", env
-    )
+    consumer = Proc([sys.executable, "-m", "convdb", "consume", "effects"], root / "consumer.log", env)
     procs.append(consumer.start())
     worker = reconciler_proc(settings, root / "reconciler.log").start()
     procs.append(worker)

@@ -8,11 +8,11 @@ from datetime import datetime, timedelta
 
 from confluent_kafka import Producer
 
-from infra.kafka import producer_config
-from infra.reader import read_topic
-from infra.settings import Settings
-from projections import effects
-from schemas import (
+from convdb.infra.kafka import producer_config
+from convdb.infra.reader import read_topic
+from convdb.infra.settings import Settings
+from convdb.projections import effects
+from convdb.schemas import (
     AvroModel,
     EffectProposed,
     EffectStarted,
@@ -20,7 +20,7 @@ from schemas import (
     Receipt,
     SingleObjectCodec,
 )
-from schemas.topics import DLQ, EFFECTS, RECEIPTS, Topic
+from convdb.schemas.topics import DLQ, EFFECTS, RECEIPTS, Topic
 from tests.helpers import now
 
 CODEC = SingleObjectCodec()

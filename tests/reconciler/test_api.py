@@ -11,13 +11,13 @@ from datetime import timedelta
 import pytest
 from fastapi.testclient import TestClient
 
-from consumers.api import create_app
-from consumers.effects import EffectsConsumer
-from consumers.store import ensure_projections, open_engine
-from infra.reader import read_topic
-from infra.settings import Settings
-from schemas import EffectConfirmed, EffectResolved, EffectUnknown, InboxMessage, Receipt
-from schemas.topics import EFFECTS, INBOX, RECEIPTS
+from convdb.consumers.api import create_app
+from convdb.consumers.effects import EffectsConsumer
+from convdb.consumers.store import ensure_projections, open_engine
+from convdb.infra.reader import read_topic
+from convdb.infra.settings import Settings
+from convdb.schemas import EffectConfirmed, EffectResolved, EffectUnknown, InboxMessage, Receipt
+from convdb.schemas.topics import EFFECTS, INBOX, RECEIPTS
 from tests.helpers import now
 from tests.reconciler.conftest import RECEIPT_SECRET
 from tests.reconciler.ledger import CODEC, started_operation
@@ -30,7 +30,7 @@ ACME, OTHER = {"X-API-Key": "k-acme"}, {"X-API-Key": "k-other"}
 
 @pytest.fixture
 def api(make_settings: Callable[..., Settings], tmp_path) -> Iterator[tuple[TestClient, Settings]]:
-    from infra.kafka import apply_topics
+    from convdb.infra.kafka import apply_topics
 
     settings = make_settings(
         store_url=f"sqlite:///{tmp_path / 'store.db'}",

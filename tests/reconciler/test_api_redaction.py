@@ -12,15 +12,15 @@ import pytest
 from fastapi.testclient import TestClient
 from pydantic import BaseModel
 
-from consumers.api import create_app
-from consumers.effects import EffectsConsumer
-from consumers.store import ensure_projections, open_engine
-from infra.kafka import apply_topics
-from infra.reader import read_topic
-from infra.secrets import SecretsRegistry
-from infra.settings import Settings
-from schemas import EffectResolved, EffectUnknown, InboxMessage, Receipt
-from schemas.topics import EFFECTS, INBOX, RECEIPTS, Topic
+from convdb.consumers.api import create_app
+from convdb.consumers.effects import EffectsConsumer
+from convdb.consumers.store import ensure_projections, open_engine
+from convdb.infra.kafka import apply_topics
+from convdb.infra.reader import read_topic
+from convdb.infra.secrets import SecretsRegistry
+from convdb.infra.settings import Settings
+from convdb.schemas import EffectResolved, EffectUnknown, InboxMessage, Receipt
+from convdb.schemas.topics import EFFECTS, INBOX, RECEIPTS, Topic
 from tests.helpers import now
 from tests.reconciler.conftest import RECEIPT_SECRET
 from tests.reconciler.ledger import CODEC, started_operation

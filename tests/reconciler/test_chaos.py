@@ -1,6 +1,6 @@
 """Randomized chaos: conversations with keyed side effects while runners and the reconciler are killed.
 
-Runners (fleet runner processes, `python -m producers.fleet`, one at a time) are armed with
+Runners (fleet runner processes, `python -m convdb runner`, one at a time) are armed with
 a random crash point and SIGKILL themselves there; the reconciler is SIGKILLed at random
 moments and restarted. At the end: provider mutations == confirmed operations, zero
 duplicate mutations, zero operations executing past their deadline, and every reader folds
@@ -23,11 +23,11 @@ from pathlib import Path
 import httpx
 import pytest
 
-from infra.reader import read_topic
-from producers.crashpoints import EFFECT_POINTS
-from projections.effects import OperationStatus
-from schemas import EffectProposed, InboxMessage, StateUpdateEvent
-from schemas.topics import EVENTS, INBOX
+from convdb.infra.reader import read_topic
+from convdb.producers.crashpoints import EFFECT_POINTS
+from convdb.projections.effects import OperationStatus
+from convdb.schemas import EffectProposed, InboxMessage, StateUpdateEvent
+from convdb.schemas.topics import EVENTS, INBOX
 from tests.conftest import BrokerInfo
 from tests.helpers import now
 from tests.reconciler.conftest import Proc, System, provider_stats, start_system

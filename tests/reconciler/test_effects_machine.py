@@ -9,8 +9,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from projections import effects
-from projections.effects import (
+from convdb.projections import effects
+from convdb.projections.effects import (
     TRANSITIONS,
     IllegalTransitionError,
     LookupResult,
@@ -22,7 +22,7 @@ from projections.effects import (
     on_lookup,
     transition_of,
 )
-from schemas import (
+from convdb.schemas import (
     ActionEvent,
     EffectConfirmed,
     EffectFailed,

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 import sqlalchemy as sa
 
-from consumers.base import ConsumedRecord, Rejection
-from consumers.effects import (
+from convdb.consumers.base import ConsumedRecord, Rejection
+from convdb.consumers.effects import (
     EffectsConsumer,
     conversation_status,
     counts_by_status,
@@ -19,8 +19,8 @@ from consumers.effects import (
     list_operations,
     operation_ledger,
 )
-from consumers.store import ensure_projections, open_engine
-from schemas import (
+from convdb.consumers.store import ensure_projections, open_engine
+from convdb.schemas import (
     ActionEvent,
     AvroModel,
     EffectConfirmed,
@@ -87,7 +87,7 @@ def test_illegal_transition_is_rejected_for_the_dlq(engine: sa.Engine) -> None:
         id="k1", operation_id=op, conversation_id="c2", tenant_id="acme", timestamp=now()
     )
     apply(engine, [r for _, r in records] + [confirmed])
-    from schemas import EffectStarted
+    from convdb.schemas import EffectStarted
 
     # A transition of an operation nobody proposed is data no writer produces: the DLQ.
     stray = EffectStarted(

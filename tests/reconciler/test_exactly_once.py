@@ -18,13 +18,13 @@ from pathlib import Path
 import pytest
 from confluent_kafka import Consumer, KafkaError, TopicPartition
 
-from consumers.reconciler import CHANGELOG
-from consumers.reconciler.app import faust_config
-from infra.kafka import common_config
-from infra.settings import Settings
-from projections.effects import OperationStatus
-from schemas import AvroModel
-from schemas.topics import EFFECTS, RECEIPTS, Topic
+from convdb.consumers.reconciler import CHANGELOG
+from convdb.consumers.reconciler.app import faust_config
+from convdb.infra.kafka import common_config
+from convdb.infra.settings import Settings
+from convdb.projections.effects import OperationStatus
+from convdb.schemas import AvroModel
+from convdb.schemas.topics import EFFECTS, RECEIPTS, Topic
 from tests.conftest import BrokerInfo, wait_until
 from tests.reconciler.conftest import (
     Proc,

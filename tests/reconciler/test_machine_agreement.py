@@ -18,14 +18,14 @@ import sqlalchemy as sa
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from consumers.base import ConsumedRecord
-from consumers.effects import EffectsConsumer, load_operations
-from consumers.reconciler import Reconciler
-from infra.settings import Settings
-from producers.ledger import EMPTY, fold_ledger
-from projections.operation import OperationState
-from projections.settlement import next_step
-from schemas import (
+from convdb.consumers.base import ConsumedRecord
+from convdb.consumers.effects import EffectsConsumer, load_operations
+from convdb.consumers.reconciler import Reconciler
+from convdb.infra.settings import Settings
+from convdb.producers.ledger import EMPTY, fold_ledger
+from convdb.projections.operation import OperationState
+from convdb.projections.settlement import next_step
+from convdb.schemas import (
     AvroModel,
     EffectConfirmed,
     EffectFailed,
@@ -36,7 +36,7 @@ from schemas import (
     Receipt,
     SingleObjectCodec,
 )
-from schemas.topics import EFFECTS, RECEIPTS
+from convdb.schemas.topics import EFFECTS, RECEIPTS
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 CONV = "c-agree"

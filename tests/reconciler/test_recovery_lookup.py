@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from schemas import EffectConfirmed, EffectResolved, ObservationEvent
+from convdb.schemas import EffectConfirmed, EffectResolved, ObservationEvent
 from tests.conftest import BrokerInfo, wait_until
 from tests.reconciler.conftest import Proc, System, provider_stats, start_system
 from tests.reconciler.test_recovery_receipts import conversation_events, finish, ledger_has, operation_of

@@ -13,10 +13,10 @@ from pathlib import Path
 import httpx
 import pytest
 
-from infra.reader import read_topic
-from infra.settings import Settings
-from schemas import EffectConfirmed, EffectProposed, EffectUnknown, ObservationEvent, StateUpdateEvent
-from schemas.topics import EVENTS
+from convdb.infra.reader import read_topic
+from convdb.infra.settings import Settings
+from convdb.schemas import EffectConfirmed, EffectProposed, EffectUnknown, ObservationEvent, StateUpdateEvent
+from convdb.schemas.topics import EVENTS
 from tests.conftest import BrokerInfo, wait_until
 from tests.reconciler.conftest import Proc, System, provider_stats, start_system
 from tests.reconciler.ledger import CODEC, read_ledger

@@ -6,11 +6,11 @@ from pathlib import Path
 
 import httpx
 
-from consumers.reconciler import load_resolvers
-from infra.procs import free_port
-from infra.settings import Settings
-from producers.tools.tracker import TrackerResolver
-from projections.effects import initial
+from convdb.consumers.reconciler import load_resolvers
+from convdb.infra.procs import free_port
+from convdb.infra.settings import Settings
+from convdb.producers.tools.tracker import TrackerResolver
+from convdb.projections.effects import initial
 from tests.reconciler.conftest import start_provider
 
 

@@ -16,11 +16,11 @@ import httpx
 import pytest
 from confluent_kafka import Consumer, TopicPartition
 
-from infra.kafka import common_config
-from infra.reader import read_topic
-from infra.settings import Settings
-from projections.effects import OperationStatus
-from schemas.topics import EFFECTS, RECEIPTS
+from convdb.infra.kafka import common_config
+from convdb.infra.reader import read_topic
+from convdb.infra.settings import Settings
+from convdb.projections.effects import OperationStatus
+from convdb.schemas.topics import EFFECTS, RECEIPTS
 from tests.conftest import BrokerInfo, wait_until
 from tests.reconciler.conftest import (
     Proc,

@@ -14,10 +14,10 @@ from pathlib import Path
 import httpx
 import pytest
 
-from infra.settings import Settings
-from projections.effects import OperationStatus
-from schemas import EffectConfirmed, EffectResolved, EffectUnknown
-from schemas.topics import RECEIPTS
+from convdb.infra.settings import Settings
+from convdb.projections.effects import OperationStatus
+from convdb.schemas import EffectConfirmed, EffectResolved, EffectUnknown
+from convdb.schemas.topics import RECEIPTS
 from tests.conftest import BrokerInfo, wait_until
 from tests.reconciler.conftest import (
     Proc,

@@ -10,9 +10,9 @@ from typing import Any, Literal
 from hypothesis import strategies as st
 from pydantic import AwareDatetime
 
-from schemas._types import AvroModel
-from schemas.catalog import MODELS
-from schemas.validation import ID_FIELDS, OPERATION_FIELDS
+from convdb.schemas._types import AvroModel
+from convdb.schemas.catalog import MODELS
+from convdb.schemas.validation import ID_FIELDS, OPERATION_FIELDS
 
 AVRO_LONG_MIN = -(2**63)
 AVRO_LONG_MAX = 2**63 - 1

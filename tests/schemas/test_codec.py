@@ -9,9 +9,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from infra.kafka import make_producer
-from infra.settings import Settings
-from schemas import (
+from convdb.infra.kafka import make_producer
+from convdb.infra.settings import Settings
+from convdb.schemas import (
     ActionEvent,
     ConfluentCodec,
     EffectProposed,
@@ -20,9 +20,9 @@ from schemas import (
     SingleObjectCodec,
     make_codec,
 )
-from schemas._types import AvroModel
-from schemas.catalog import MODELS, shipped_catalog
-from schemas.errors import (
+from convdb.schemas._types import AvroModel
+from convdb.schemas.catalog import MODELS, shipped_catalog
+from convdb.schemas.errors import (
     CorruptRecordError,
     InvalidRecordError,
     NotAvroError,
@@ -31,7 +31,7 @@ from schemas.errors import (
     UnexpectedRecordError,
     UnknownFingerprintError,
 )
-from schemas.topics import ALL_TOPICS, DLQ, EFFECTS, EVENTS, Topic
+from convdb.schemas.topics import ALL_TOPICS, DLQ, EFFECTS, EVENTS, Topic
 from tests.helpers import read_topic
 from tests.schemas.records import RECORD_STRATEGIES, any_record, sample_record
 

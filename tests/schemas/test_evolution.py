@@ -8,9 +8,9 @@ from typing import Any
 import pytest
 from fastavro import schemaless_writer  # crafts old-writer bytes; the codec stays fastavro's only user
 
-from schemas import LLMUsageEvent, SingleObjectCodec
-from schemas.catalog import MODELS, SchemaVersion, shipped_catalog
-from schemas.errors import InvalidRecordError
+from convdb.schemas import LLMUsageEvent, SingleObjectCodec
+from convdb.schemas.catalog import MODELS, SchemaVersion, shipped_catalog
+from convdb.schemas.errors import InvalidRecordError
 from tests.schemas.records import sample_record
 
 CATALOG = shipped_catalog()

@@ -11,14 +11,19 @@ import pytest
 from pydantic import AwareDatetime
 from pydantic_core import PydanticUndefined
 
-from schemas import _types
-from schemas.catalog import MODELS, SchemaVersion, shipped_catalog
+from convdb.schemas import _types
+from convdb.schemas.catalog import MODELS, SchemaVersion, shipped_catalog
 
 CATALOG = shipped_catalog()
 LATEST = sorted(CATALOG.latest.values(), key=lambda v: v.name)
 OLDER = [v for v in CATALOG.versions if CATALOG.latest[v.name] is not v]
 PRIMITIVES: dict[str, Any] = {
-    "string": str, "long": int, "int": int, "double": float, "boolean": bool, "bytes": bytes
+    "string": str,
+    "long": int,
+    "int": int,
+    "double": float,
+    "boolean": bool,
+    "bytes": bytes,
 }
 LITERAL_ALIASES = {name: value for name, value in vars(_types).items() if typing.get_origin(value) is Literal}
 

@@ -10,10 +10,10 @@ from fastavro import schemaless_reader
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from schemas import MessageEvent, SingleObjectCodec
-from schemas._trusted import trusted_builder
-from schemas.catalog import MODELS, shipped_catalog
-from schemas.errors import InvalidRecordError
+from convdb.schemas import MessageEvent, SingleObjectCodec
+from convdb.schemas._trusted import trusted_builder
+from convdb.schemas.catalog import MODELS, shipped_catalog
+from convdb.schemas.errors import InvalidRecordError
 from tests.schemas.records import RECORD_STRATEGIES, sample_record
 
 CODEC = SingleObjectCodec()

@@ -9,11 +9,11 @@ from fastavro import schemaless_writer
 from hypothesis import given
 from hypothesis import strategies as st
 
-from schemas import InboxMessage, MessageEvent, SingleObjectCodec
-from schemas._types import AvroModel
-from schemas.catalog import shipped_catalog
-from schemas.errors import InvalidRecordError, InvalidValueError
-from schemas.validation import (
+from convdb.schemas import InboxMessage, MessageEvent, SingleObjectCodec
+from convdb.schemas._types import AvroModel
+from convdb.schemas.catalog import shipped_catalog
+from convdb.schemas.errors import InvalidRecordError, InvalidValueError
+from convdb.schemas.validation import (
     MAX_ID,
     check_conversation_id,
     check_id,

@@ -10,10 +10,9 @@ import sys
 import time
 from pathlib import Path
 
-from infra.errors import InfraError
-from infra.procs import spawn, stop_group, tail
-
-DEFAULT_BUCKET = "convdb-archive"
+from convdb.infra.connection import DEFAULT_BUCKET
+from convdb.infra.errors import InfraError
+from convdb.infra.procs import spawn, stop_group, tail
 
 
 def weed_binary() -> str:
@@ -80,7 +79,7 @@ class EmbeddedS3:
         return self
 
     def _wait_ready(self, timeout: float) -> None:
-        from infra.s3 import make_s3_client
+        from convdb.infra.s3 import make_s3_client
 
         client = make_s3_client(self.endpoint_url, "us-east-1", "convdb", "convdb")
         deadline = time.monotonic() + timeout

@@ -1,5 +1,5 @@
 """The demo's issue-tracker provider: a real HTTP server honouring idempotency keys."""
 
-from producers.provider.server import ProviderState, make_server
+from convdb.infra.dev.tracker.server import ProviderState, make_server
 
 __all__ = ["ProviderState", "make_server"]

@@ -18,9 +18,9 @@ import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from infra.errors import BrokerStartError, InfraError
-from infra.kafka_jars import KAFKA_VERSION, cds_archive, fetch_jars, need_tool
-from infra.procs import free_port, pid_alive, port_open, spawn, stop_group, tail
+from convdb.infra.dev.kafka_jars import KAFKA_VERSION, cds_archive, fetch_jars, need_tool
+from convdb.infra.errors import BrokerStartError, InfraError
+from convdb.infra.procs import free_port, pid_alive, port_open, spawn, stop_group, tail
 
 JVM_OPTS = ("-Xms128m", "-Xmx512m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", "-Xss512k")
 """Test broker: small heap, serial GC, C1 only (faster start-up, fewer threads on 2 cores)."""

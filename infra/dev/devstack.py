@@ -12,75 +12,19 @@ import json
 import logging
 import shutil
 from contextlib import ExitStack
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from pathlib import Path
 
-from infra.apache import ApacheKafka
-from infra.broker import EmbeddedBroker
-from infra.errors import InfraError
-from infra.kafka import apply_topics
-from infra.procs import pid_alive, stop_group
-from infra.s3server import DEFAULT_BUCKET, EmbeddedS3
-from infra.settings import S3Settings, Settings
+from convdb.infra.connection import EMBEDDED_S3_KEY, DevStack, read_stack, stack_file
+from convdb.infra.dev.apache import ApacheKafka
+from convdb.infra.dev.broker import EmbeddedBroker
+from convdb.infra.dev.s3server import EmbeddedS3
+from convdb.infra.errors import InfraError
+from convdb.infra.kafka import apply_topics
+from convdb.infra.procs import stop_group
+from convdb.infra.settings import Settings
 
 logger = logging.getLogger(__name__)
-
-EMBEDDED_S3_KEY = "convdb"
-
-
-@dataclass(frozen=True)
-class DevStack:
-    """How to reach a running dev stack."""
-
-    bootstrap_servers: str
-    broker_pid: int
-    s3_endpoint: str | None = None
-    s3_pid: int | None = None
-    bucket: str = DEFAULT_BUCKET
-    persistent: bool = False
-    broker_kind: str = "embedded"
-
-    @property
-    def alive(self) -> bool:
-        """True when the broker (and S3, if any) still run."""
-        return pid_alive(self.broker_pid) and (self.s3_pid is None or pid_alive(self.s3_pid))
-
-    def apply(self, settings: Settings) -> Settings:
-        """Settings pointed at this stack (broker, and S3 archive unless one is configured)."""
-        settings = settings.with_broker(self.bootstrap_servers, embedded=self.broker_kind == "embedded")
-        if self.s3_endpoint and not settings.archive_url:
-            s3 = S3Settings(
-                endpoint_url=self.s3_endpoint,
-                access_key_id=EMBEDDED_S3_KEY,
-                secret_access_key=EMBEDDED_S3_KEY,  # type: ignore[arg-type]
-            )
-            settings = settings.model_copy(update={"s3": s3, "archive_url": f"s3://{self.bucket}/archive"})
-        return settings
-
-
-def stack_file(settings: Settings) -> Path:
-    """Where `convdb dev up` records the stack."""
-    return settings.data_dir / "dev.json"
-
-
-def read_stack(settings: Settings) -> DevStack | None:
-    """The recorded dev stack, or None when none was started."""
-    path = stack_file(settings)
-    if not path.exists():
-        return None
-    return DevStack(**json.loads(path.read_text()))
-
-
-def resolve(settings: Settings) -> Settings:
-    """Point settings at the running dev stack when no broker is configured."""
-    if settings.bootstrap_servers:
-        return settings
-    stack = read_stack(settings)
-    if stack is None or not stack.alive:
-        return settings
-    # The dev stack is development by definition, whichever broker it runs.
-    dev = settings.dev if settings.dev is not None else True
-    return stack.apply(settings).model_copy(update={"dev": dev})
 
 
 def up(
@@ -144,7 +88,7 @@ def _start_apache(root: Path) -> tuple[str, int]:
 
 def s3_client_bucket(s3: EmbeddedS3, bucket: str) -> None:
     """Create a bucket on the embedded S3 if it is missing."""
-    from infra.s3 import make_s3_client
+    from convdb.infra.s3 import make_s3_client
 
     client = make_s3_client(s3.endpoint_url, "us-east-1", EMBEDDED_S3_KEY, EMBEDDED_S3_KEY)
     existing = {b["Name"] for b in client.list_buckets().get("Buckets", [])}

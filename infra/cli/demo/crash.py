@@ -16,11 +16,19 @@ from typing import Any
 
 import httpx
 
-from infra.cli._demo_read import runner_env
-from infra.cli._demo_story import CrashStory, read_story, tell
-from infra.errors import InfraError
-from infra.procs import free_port, port_open, spawn, stop_group, tail, terminate_children, wait_for_port
-from infra.settings import Settings
+from convdb.infra.cli.demo.read import runner_env
+from convdb.infra.cli.demo.story import CrashStory, read_story, tell
+from convdb.infra.errors import InfraError
+from convdb.infra.procs import (
+    free_port,
+    port_open,
+    spawn,
+    stop_group,
+    tail,
+    terminate_children,
+    wait_for_port,
+)
+from convdb.infra.settings import Settings
 
 CRASH_TASK = "\n".join(
     [
@@ -38,7 +46,7 @@ def console_server(settings: Settings, log_dir: Path) -> Iterator[str]:
     """`convdb serve` (API and console) as a child process; yields its base URL."""
     port = settings.api.port if not port_open(settings.api.port) else free_port()
     log = log_dir / "serve.log"
-    argv = [sys.executable, "-m", "infra.cli.main", "serve", "--host", "127.0.0.1", "--port", str(port)]
+    argv = [sys.executable, "-m", "convdb", "serve", "--host", "127.0.0.1", "--port", str(port)]
     proc = spawn(argv, log, settings.to_env())
     try:
         wait_for_port(proc, port, 60, "convdb serve", log)
@@ -64,7 +72,7 @@ class CrashAct:
         argv = [
             sys.executable,
             "-m",
-            "infra.cli.main",
+            "convdb.infra.cli.main",
             "runner",
             "--workspace",
             str(self.workspace),

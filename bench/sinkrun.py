@@ -15,13 +15,13 @@ from dataclasses import dataclass
 
 from confluent_kafka import Producer
 
-from consumers.base import Projector
-from consumers.runner import Runner
-from infra.kafka import producer_config
-from infra.producer import DurableProducer
-from infra.settings import Settings
-from schemas import EventEnvelope, make_codec
-from schemas.topics import EVENTS
+from convdb.consumers.base import Projector
+from convdb.consumers.runner import Runner
+from convdb.infra.kafka import producer_config
+from convdb.infra.producer import DurableProducer
+from convdb.infra.settings import Settings
+from convdb.schemas import EventEnvelope, make_codec
+from convdb.schemas.topics import EVENTS
 
 logger = logging.getLogger(__name__)
 

@@ -14,10 +14,10 @@ from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Any
 
-from infra.errors import InfraError
-from infra.procs import spawn, stop_group, tail
-from infra.settings import Settings
-from schemas.errors import ConvdbError
+from convdb.infra.errors import InfraError
+from convdb.infra.procs import spawn, stop_group, tail
+from convdb.infra.settings import Settings
+from convdb.schemas.errors import ConvdbError
 
 CONSUMERS = ("all",)
 """The read side the demo runs in one `convdb consume` process (views, index, titles, stats, effects)."""
@@ -49,7 +49,7 @@ def services(settings: Settings, log_dir: Path) -> Iterator[None]:
     with ExitStack() as stack:
         for name, argv in commands:
             log = log_dir / f"{name}.log"
-            proc = spawn([sys.executable, "-m", "infra.cli.main", *argv], log, settings.to_env())
+            proc = spawn([sys.executable, "-m", "convdb", *argv], log, settings.to_env())
             stack.callback(_stop, proc, log)
         yield
 
@@ -65,7 +65,7 @@ def read_through_api(settings: Settings, last_seqs: dict[str, int], timeout: flo
     """Titles, stats, view lengths and effects per conversation, once the API shows every event."""
     from fastapi.testclient import TestClient
 
-    from consumers.api.app import create_app
+    from convdb.consumers.api.app import create_app
 
     headers = {"X-API-Key": DEMO_KEY}
     with TestClient(create_app(settings)) as api:
@@ -112,10 +112,10 @@ def _brief_stats(stats: dict[str, Any]) -> dict[str, Any]:
 
 def archive_proof(settings: Settings, conversation_id: str, timeout: float = 60.0) -> dict[str, Any]:
     """Objects in the archive, and whether one conversation exports identically from it and Kafka."""
-    from consumers.archive.export import from_archive, from_kafka, to_jsonl
-    from consumers.archive.reader import ArchiveReader
-    from consumers.archive.target import open_target
-    from schemas import make_codec
+    from convdb.consumers.archive.export import from_archive, from_kafka, to_jsonl
+    from convdb.consumers.archive.reader import ArchiveReader
+    from convdb.consumers.archive.target import open_target
+    from convdb.schemas import make_codec
 
     codec = make_codec(settings.schema_registry_url)
     expected = to_jsonl(from_kafka(settings, conversation_id, codec))

@@ -8,11 +8,11 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-from infra.procs import free_port, spawn, stop_group, wait_for_port
+from convdb.infra.procs import free_port, spawn, stop_group, wait_for_port
 
 
 class ProviderProcess:
-    """`python -m producers.provider` on a free loopback port; dies with its parent."""
+    """`python -m convdb dev tracker` on a free loopback port; dies with its parent."""
 
     def __init__(self, log_path: Path, receipts_url: str | None = None, secret: str = "") -> None:
         self.log_path = log_path
@@ -27,7 +27,7 @@ class ProviderProcess:
         return f"http://127.0.0.1:{self.port}"
 
     def __enter__(self) -> ProviderProcess:
-        argv = [sys.executable, "-m", "producers.provider", "--port", str(self.port)]
+        argv = [sys.executable, "-m", "convdb", "dev", "tracker", "--port", str(self.port)]
         if self.receipts_url:
             argv += ["--receipts-url", self.receipts_url, "--receipt-secret", self.secret]
         self.proc = spawn(argv, self.log_path)

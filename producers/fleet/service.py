@@ -1,39 +1,21 @@
-"""`python -m producers.fleet`: one fleet runner process until SIGTERM (or idle).
+"""One fleet runner process: its context (runtime, fault hooks, snapshot store) and its serve loop.
 
-Settings come from `CONVDB_*`. Prints JSON status lines (assigned, takeover, fenced, ...) on stdout.
+`convdb runner` (the CLI) builds the settings and calls these; so do `convdb run` and the demo.
 """
 
 from __future__ import annotations
 
-import argparse
-import logging
-import sys
 import threading
 import time
 from pathlib import Path
 
-from infra.ops import start_ops
-from infra.procs import on_stop_signal
-from infra.settings import Settings
-from producers.fleet.owner import FleetContext
-from producers.fleet.runner import FleetRunner, StopPoints
-from producers.fleet.store import SnapshotStore
-from producers.runtime import build_runtime
-
-
-def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    """Command-line arguments."""
-    p = argparse.ArgumentParser(prog="python -m producers.fleet")
-    p.add_argument("--workspace", type=Path, default=Path("workspace"))
-    p.add_argument("--tracker-url", help="issue-tracker provider base URL")
-    p.add_argument("--model", help="litellm model (default: settings)")
-    p.add_argument(
-        "--idle-exit",
-        type=float,
-        default=0.0,
-        help="exit after this many idle seconds, counted from the first assignment (0: never)",
-    )
-    return p.parse_args(argv)
+from convdb.infra.ops import start_ops
+from convdb.infra.procs import on_stop_signal
+from convdb.infra.settings import Settings
+from convdb.producers.fleet.owner import FleetContext
+from convdb.producers.fleet.runner import FleetRunner, StopPoints
+from convdb.producers.fleet.store import SnapshotStore
+from convdb.producers.runtime import build_runtime
 
 
 def build_context(
@@ -77,17 +59,3 @@ def serve(ctx: FleetContext, idle_exit: float = 0.0) -> int:
             server.stop()
     runner.emit("stopped", handled=runner.handled)
     return 0
-
-
-def main(argv: list[str] | None = None) -> int:
-    """Entry point; returns the exit code."""
-    args = parse_args(argv)
-    logging.basicConfig(
-        level=logging.WARNING, stream=sys.stderr, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
-    settings = Settings()
-    return serve(build_context(settings, args.workspace, args.tracker_url, args.model), args.idle_exit)
-
-
-if __name__ == "__main__":
-    sys.exit(main())

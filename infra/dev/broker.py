@@ -7,8 +7,8 @@ import subprocess
 from importlib import resources
 from pathlib import Path
 
-from infra.errors import BrokerStartError, InfraError
-from infra.procs import free_port, spawn, stop_group, wait_for_port
+from convdb.infra.errors import BrokerStartError, InfraError
+from convdb.infra.procs import free_port, spawn, stop_group, wait_for_port
 
 
 def tansu_binary() -> str:

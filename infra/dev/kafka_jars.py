@@ -13,7 +13,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from infra.errors import BrokerStartError
+from convdb.infra.errors import BrokerStartError
 
 logger = logging.getLogger(__name__)
 

@@ -1,0 +1,7 @@
+"""`python -m convdb ...`: the `convdb` command."""
+
+import sys
+
+from convdb.infra.cli.main import main
+
+sys.exit(main())

@@ -1,0 +1,113 @@
+"""`convdb demo`: scripted conversations with real side effects, end to end, then their story.
+
+Act 1 runs the tasks; act 2 kills a runner in the middle of a side effect and lets another
+resume the conversation (`demo.crash`); the story is read back through the console's query
+API (`demo.story`). `--json` prints the summary instead; `--keep` leaves it all running.
+
+The tasks go to the inbox; fleet runners run them: one in this process (`--runners 1`, the
+default) or N runner processes.
+
+The summary is built by `build_summary(parts)` from `SUMMARY_SECTIONS`: each section is a
+function of the collected `DemoParts` returning a dict fragment, so later issues add their
+projections by appending a section.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+
+from convdb.infra.cli._common import bounded
+from convdb.infra.cli.demo.crash import announce, console_server, finish
+from convdb.infra.cli.demo.fleet import run_fleet_demo
+from convdb.infra.cli.demo.parts import (
+    DEMO_TENANT,
+    DemoParts,
+    build_summary,
+    last_seqs,
+    read_back,
+    send_tasks,
+)
+from convdb.infra.cli.demo.read import archive_proof, demo_settings, read_through_api, services
+from convdb.infra.cli.run import broker_for
+from convdb.infra.connection import load_settings
+from convdb.infra.dev.tracker.process import ProviderProcess
+from convdb.infra.settings import Settings
+from convdb.producers.fleet.runner import FleetRunner, serve_until
+from convdb.producers.fleet.service import build_context
+from convdb.producers.status import STOP_STATUSES
+
+
+def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    """Add the `demo` command."""
+    p = sub.add_parser("demo", help="run scripted conversations with side effects and print a summary")
+    p.add_argument(
+        "--conversations", type=bounded(1, 10_000), default=3, metavar="N", help="how many (default 3)"
+    )
+    p.add_argument("--json", action="store_true", help="print the summary as one JSON object")
+    p.add_argument("--keep", action="store_true", help="leave the stack and its console running until Ctrl-C")
+    p.add_argument(
+        "--runners", type=bounded(1, 64), default=1, metavar="N",
+        help="run the conversations with N fleet runner processes (default 1: a runner in this process)",
+    )  # fmt: skip
+    p.set_defaults(func=_demo)
+
+
+def run_conversations(settings: Settings, count: int, tracker_url: str, run_dir: Path) -> DemoParts:
+    """Send `count` tasks through the inbox and run them with a fleet runner in this process."""
+    started = time.monotonic()
+    workspace, ids = send_tasks(settings, count, run_dir)
+    # The run's own snapshot store: the embedded broker does not outlive the command.
+    ctx = build_context(settings, workspace, tracker_url, None, store=run_dir / "fleet.sqlite")
+
+    def done(runner: FleetRunner) -> bool:
+        convs = runner.conversations()
+        return runner.idle and all(c in convs and convs[c].status in STOP_STATUSES for c in ids)
+
+    runner = serve_until(ctx, done, 120)
+    ctx.store.close()
+    convs = [c for cid, c in runner.at_exit.items() if cid in ids]
+    steps = sum(c.stats.steps for c in convs)
+    overhead = sum(c.stats.overhead_ms - c.stats.step_publish_ms for c in convs) / steps if steps else 0.0
+    statuses = {cid: runner.at_exit[cid].status if cid in runner.at_exit else "idle" for cid in ids}
+    parts = DemoParts(settings, ids, statuses, step_overhead_ms=overhead)
+    parts.events, parts.ledger = read_back(settings, ctx.codec, set(ids))
+    parts.seconds = time.monotonic() - started
+    return parts
+
+
+def _demo(args: argparse.Namespace) -> int:
+    settings = load_settings()
+    with broker_for(settings, with_s3=True) as live:
+        run_dir = live.data_dir.resolve() / "demo" / datetime.now(UTC).strftime("%Y%m%dT%H%M%S%f")
+        run_dir.mkdir(parents=True, exist_ok=True)
+        live = demo_settings(live, run_dir, DEMO_TENANT)
+        with (
+            ProviderProcess(run_dir / "provider.log") as provider,
+            services(live, run_dir),
+            console_server(live, run_dir) as console_url,
+        ):
+            announce(console_url, args.json)
+            if args.runners > 1:
+                parts = run_fleet_demo(live, args.conversations, provider.url, args.runners, run_dir)
+            else:
+                parts = run_conversations(live, args.conversations, provider.url, run_dir)
+            parts.provider_stats = provider.get("/stats")
+            parts.read_side = read_through_api(live, last_seqs(parts))
+            if live.archive_url:
+                parts.archive = archive_proof(live, parts.conversation_ids[0])
+            finish(
+                parts,
+                live,
+                run_dir,
+                provider,
+                console_url,
+                keep=args.keep,
+                as_json=args.json,
+                summarize=lambda: build_summary(parts),
+            )
+    finished = all(s == "finished" for s in parts.statuses.values())
+    resumed = parts.crash_resume.get("status") == "finished"
+    return 0 if finished and resumed else 1
