@@ -16,7 +16,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import sqlalchemy as sa
 from sqlalchemy import event
@@ -31,8 +31,24 @@ from convdb.consumers._bulk import (
 )
 from convdb.consumers.errors import StoreError
 
-if TYPE_CHECKING:
-    from convdb.consumers.base import Projector
+
+class ProjectionTables(Protocol):
+    """What `ensure_projections` needs of a projector (`consumers.base.Projector` has it)."""
+
+    @property
+    def name(self) -> str:
+        """The projection's name (its offsets are stored under it)."""
+
+    @property
+    def version(self) -> int:
+        """The projection's schema version (a change rebuilds it)."""
+
+    def create(self, connection: Connection) -> None:
+        """Create the projection's tables if missing."""
+
+    def drop(self, connection: Connection) -> None:
+        """Drop the projection's tables."""
+
 
 logger = logging.getLogger(__name__)
 
@@ -201,7 +217,7 @@ def lock_schema(conn: Connection) -> None:
         conn.execute(sa.text("SELECT pg_advisory_xact_lock(:key)"), {"key": SCHEMA_LOCK})
 
 
-def ensure_projections(engine: Engine, projectors: Iterable[Projector]) -> list[str]:
+def ensure_projections(engine: Engine, projectors: Iterable[ProjectionTables]) -> list[str]:
     """Create missing tables; rebuild (drop, create, forget offsets) projectors whose version changed.
 
     Returns the names of the projectors that will be rebuilt by replay.

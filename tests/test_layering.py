@@ -189,3 +189,77 @@ def test_import_resolution(tmp_path: Path, source: str, expected: str) -> None:
     fake.write_text(source)
     got = [i.module for i in imports_of(fake, where=ROOT / "projections" / "sub" / "mod.py")]
     assert got == [expected]
+
+
+def module_name(path: Path) -> str:
+    """The import name of a module file (`convdb.consumers.store` for consumers/store.py)."""
+    package = dotted_package(path)
+    return ".".join(package if path.name == "__init__.py" else [*package, path.stem])
+
+
+def import_graph() -> dict[str, set[str]]:
+    """convdb module -> the convdb modules it imports (at any depth: top level, in a function,
+    under TYPE_CHECKING). `from package import module` counts as importing the module only."""
+    files = {module_name(p): p for top in (*PACKAGES, "convdb") for p in modules(top)}
+    graph: dict[str, set[str]] = {}
+    for name, path in files.items():
+        edges = {imp.module for imp in imports_of(path) if imp.module in files}
+        only_submodules, attributes_of = set(), set()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.module and not node.level:
+                submodules = {f"{node.module}.{a.name}" for a in node.names} & files.keys()
+                edges |= submodules
+                whole = len(submodules) == len(node.names)
+                (only_submodules if whole else attributes_of).add(node.module)
+        edges -= only_submodules - attributes_of
+        graph[name] = edges - {name}
+    return graph
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan, iteratively)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    found = []
+    for root in graph:
+        if root in index:
+            continue
+        work = [(root, iter(sorted(graph[root])))]
+        index[root] = low[root] = len(index)
+        stack.append(root)
+        while work:
+            node, edges = work[-1]
+            for succ in edges:
+                if succ not in index:
+                    index[succ] = low[succ] = len(index)
+                    stack.append(succ)
+                    work.append((succ, iter(sorted(graph[succ]))))
+                    break
+                if succ in stack:
+                    low[node] = min(low[node], index[succ])
+            else:
+                work.pop()
+                if work:
+                    low[work[-1][0]] = min(low[work[-1][0]], low[node])
+                if low[node] == index[node]:
+                    component = []
+                    while True:
+                        member = stack.pop()
+                        component.append(member)
+                        if member == node:
+                            break
+                    if len(component) > 1:
+                        found.append(sorted(component))
+    return found
+
+
+def test_no_import_cycles() -> None:
+    """Not even through a function-level or TYPE_CHECKING import: each one hides a dependency
+    that goes both ways."""
+    assert not (found := cycles(import_graph())), "\n".join(" <-> ".join(c) for c in found)
+
+
+def test_the_cycle_finder_finds_a_cycle() -> None:
+    graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}
+    assert cycles(graph) == [["a", "b", "c"]]

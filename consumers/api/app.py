@@ -125,7 +125,7 @@ def _ensure_tables(url: str) -> None:
     from convdb.consumers.index.tables import metadata as index_tables
     from convdb.consumers.stats.projector import metadata as stats_tables
     from convdb.consumers.store import metadata as offsets_tables
-    from convdb.consumers.titles.projector import metadata as titles_tables
+    from convdb.consumers.titles.tables import metadata as titles_tables
     from convdb.consumers.views.tables import metadata as views_tables
 
     engine = open_engine(url)

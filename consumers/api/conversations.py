@@ -23,7 +23,7 @@ from convdb.consumers.api.params import (
 from convdb.consumers.errors import QueryInputError
 from convdb.consumers.stats import conversations as stats_table
 from convdb.consumers.stats import from_row
-from convdb.consumers.titles.projector import processors as titles_table
+from convdb.consumers.titles.tables import processors as titles_table
 from convdb.consumers.views import load_state
 from convdb.consumers.views.tables import conversations as views_table
 from convdb.consumers.views.tables import events as views_events

@@ -9,39 +9,19 @@ folds the `TitleEvent`, so it never calls the LLM again.
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Callable, Mapping
 from typing import Any
 
-import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
 
-from convdb.consumers.base import Batch, Change, ConversationProjector, DigestOf, Fold, load_rows
+from convdb.consumers.base import Batch, Change, ConversationProjector, DigestOf, Fold
 from convdb.consumers.titles.service import TitleService
+from convdb.consumers.titles.tables import from_row, metadata, processors, to_row
 from convdb.infra.settings import Settings
 from convdb.projections import titles
 
 logger = logging.getLogger(__name__)
-
-metadata = sa.MetaData()
-
-processors = sa.Table(
-    "titles_conversations",
-    metadata,
-    sa.Column("conversation_id", sa.String(200), primary_key=True),
-    sa.Column("tenant_id", sa.String(200), nullable=False),
-    sa.Column("status", sa.String(20), nullable=False),
-    sa.Column("attempts", sa.Integer, nullable=False),
-    sa.Column("title", sa.Text, doc="Any length a TitleEvent holds (PostgreSQL enforces VARCHAR)."),
-    sa.Column("origin", sa.String(20)),
-    sa.Column("first_user_message", sa.Text),
-    sa.Column("last_seq", sa.BigInteger, nullable=False),
-    sa.Column("annotations", sa.Text, nullable=False, doc="JSON: ids of the TitleEvents folded."),
-    sa.Column("partition", sa.Integer, nullable=False, doc="Events partition of the conversation."),
-    sa.Column("last_id", sa.String(200), doc="Id of the event at last_seq (tells a conflict)."),
-)
-"""One title processor per conversation."""
 
 TitleChange = Change[titles.TitleProcessor]
 
@@ -92,42 +72,3 @@ class TitlesConsumer(ConversationProjector[titles.TitleProcessor]):
         if ready:
             for conv in self.service.make_titles(engine, list(ready)):
                 self._pending[conv] = ready[conv]  # the call failed: try again on the next round
-
-
-def to_row(state: titles.TitleProcessor, tenant_id: str, partition: int) -> dict[str, Any]:
-    """The table row of a processor."""
-    return {
-        "conversation_id": state.conversation_id,
-        "tenant_id": tenant_id,
-        "status": state.status,
-        "attempts": state.attempts,
-        "title": state.title,
-        "origin": state.origin,
-        "first_user_message": state.first_user_message,
-        "last_seq": state.last_seq,
-        "annotations": json.dumps(sorted(state.annotations)),
-        "partition": partition,
-        "last_id": state.last_id,
-    }
-
-
-def from_row(row: Mapping[str, Any]) -> titles.TitleProcessor:
-    """The processor a row holds (inverse of `to_row`)."""
-    return titles.TitleProcessor(
-        conversation_id=row["conversation_id"],
-        status=row["status"],
-        attempts=row["attempts"],
-        title=row["title"],
-        origin=row["origin"],
-        first_user_message=row["first_user_message"],
-        last_seq=row["last_seq"],
-        annotations=frozenset(json.loads(row["annotations"])),
-        tenant_id=row["tenant_id"] or None,
-        last_id=row["last_id"],
-    )
-
-
-def load_states(connection: Connection, convs: list[str]) -> dict[str, tuple[str, titles.TitleProcessor]]:
-    """Stored (tenant, processor) of these conversations."""
-    rows = load_rows(connection, processors, convs)
-    return {conv: (row["tenant_id"], from_row(row)) for conv, row in rows.items()}

@@ -14,6 +14,7 @@ from datetime import UTC, datetime
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
+from convdb.consumers.titles.tables import load_states, processors
 from convdb.infra.errors import PublishError
 from convdb.infra.producer import DurableProducer
 from convdb.infra.settings import Settings
@@ -65,8 +66,6 @@ class TitleService:
 
         Returns the conversations whose call failed and that may be tried again.
         """
-        from convdb.consumers.titles.projector import load_states
-
         with engine.connect() as conn:
             states = load_states(conn, conversation_ids)
             conn.rollback()
@@ -86,8 +85,6 @@ class TitleService:
 
     def _make_title(self, engine: Engine, conv: str, tenant: str, state: titles.TitleProcessor) -> bool:
         """Call the LLM for one title and publish it (or give up); True to try again later."""
-        from convdb.consumers.titles.projector import processors
-
         try:
             self.calls += 1
             text = titles.clean_llm_title(self.complete(self.model, titles.title_prompt(state)))

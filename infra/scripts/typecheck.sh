@@ -8,6 +8,9 @@ set -euo pipefail
 repo=$(pwd)
 scratch=$(mktemp -d)
 trap 'rm -rf "$scratch"' EXIT
-"$repo/.venv/bin/pip" install -q --no-deps --target "$scratch/site" "$repo" 2>&1 | grep -v '_BetaConfiguration\|warnings.warn' || true
+# A copy of what the wheel holds, so that the build leaves nothing in the checkout.
+mkdir "$scratch/src"
+cp -r pyproject.toml README.md convdb schemas projections producers consumers infra "$scratch/src/"
+"$repo/.venv/bin/pip" install -q --no-deps --target "$scratch/site" "$scratch/src" 2>&1 | grep -v '_BetaConfiguration\|warnings.warn' || true
 cd "$scratch"
 MYPYPATH="$scratch/site" "$repo/.venv/bin/mypy" --config-file "$repo/pyproject.toml" -p convdb

@@ -23,7 +23,7 @@ from convdb.consumers.index import IndexConsumer
 from convdb.consumers.stats import StatsConsumer, load_states
 from convdb.consumers.store import ensure_projections, lock_offsets, offsets, open_engine, store_offsets
 from convdb.consumers.titles import TitlesConsumer
-from convdb.consumers.titles.projector import load_states as load_titles
+from convdb.consumers.titles.tables import load_states as load_titles
 from convdb.consumers.views import ViewsConsumer, load_state
 from convdb.consumers.views.tables import conversations as views_table
 from convdb.projections import stats, titles, view
