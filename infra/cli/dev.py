@@ -7,6 +7,7 @@ import argparse
 import json
 import signal
 import threading
+from pathlib import Path
 
 from convdb.infra.cli._common import UsageError
 from convdb.infra.connection import DevStack, read_stack, stack_file
@@ -40,6 +41,12 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p_tracker.add_argument("--provider-name", default="tracker")
     p_tracker.add_argument("--receipt-secret", default="", help="HMAC-SHA256 key for receipts")
     p_tracker.set_defaults(func=_tracker)
+    p_schema = actions.add_parser(
+        "schema", help="write the next NAME.vN.avsc from the record's model (when the model changed)"
+    )
+    p_schema.add_argument("names", nargs="+", metavar="NAME", help="record name, e.g. MessageEvent")
+    p_schema.add_argument("--dir", type=Path, help="where to write (default: the shipped schemas' folder)")
+    p_schema.set_defaults(func=_schema)
 
 
 def _up(args: argparse.Namespace) -> int:
@@ -92,4 +99,16 @@ def _tracker(args: argparse.Namespace) -> int:
     print(f"tracker ready on http://{args.host}:{args.port}", flush=True)
     server.serve_forever(poll_interval=0.2)
     server.server_close()
+    return 0
+
+
+def _schema(args: argparse.Namespace) -> int:
+    from convdb.infra.dev.avsc import SchemaWriteError, write_next
+
+    for name in args.names:
+        try:
+            path = write_next(name, args.dir)
+        except SchemaWriteError as exc:
+            raise UsageError(str(exc)) from exc
+        print(f"{name}: wrote {path}" if path else f"{name}: the latest shipped schema matches the model")
     return 0
