@@ -19,13 +19,12 @@ from confluent_kafka import Message
 from sqlalchemy.engine import Engine
 
 from convdb.consumers._apply import apply_batch
-from convdb.consumers._isolate import is_infrastructure, refused, rolled_back
+from convdb.consumers._isolate import culprits, first_line, refusal, rolled_back, without
 from convdb.consumers.base import Batch, ConsumedRecord, Projector
 from convdb.consumers.dlq import DeadLetters
 from convdb.consumers.errors import StoreError
 from convdb.consumers.metrics import ConsumerMetrics
 from convdb.infra.errors import PublishError
-from convdb.schemas.errors import InvalidRecordError
 
 logger = logging.getLogger(__name__)
 
@@ -89,12 +88,11 @@ class BatchWriter:
                 self.metrics.retrying = None
                 return applied
             except Exception as exc:  # noqa: BLE001 - sorted into a record's error or the store's
-                culprits = [] if is_infrastructure(exc) else self._refused(records, ends)
-                if culprits:
-                    for record, error in culprits:
-                        letters.add(record, _refusal(error), self.dead)
-                    gone = {id(r) for r, _ in culprits}
-                    records = [r for r in records if id(r) not in gone]
+                found = self._culprits(exc, records, ends)
+                if found:
+                    for record, error in found:
+                        letters.add(record, refusal(error), self.dead)
+                    records = without(records, found)
                     continue
                 resend = resend or isinstance(exc, PublishError)
                 since = self.metrics.retrying[0] if self.metrics.retrying else time.monotonic()
@@ -116,24 +114,13 @@ class BatchWriter:
             self.dead.wait_durable()
         return applied
 
-    def _refused(
-        self, records: list[ConsumedRecord], ends: dict[tuple[str, int], int]
+    def _culprits(
+        self, error: BaseException, records: list[ConsumedRecord], ends: dict[tuple[str, int], int]
     ) -> list[tuple[ConsumedRecord, BaseException]]:
-        """The records whose rows the store refuses, with why; [] when none is found, or when an
-        infrastructure error interrupts the search (the batch is then retried)."""
+        """The records the store refuses, with why; [] for an error of the infrastructure, or when
+        one interrupts the search (the batch is then retried)."""
         try:
-            return refused(records, rolled_back(self.engine, self.projectors, self.namespace, ends))
+            return culprits(error, records, rolled_back(self.engine, self.projectors, self.namespace, ends))
         except Exception as exc:  # noqa: BLE001 - the store failed meanwhile: retry the batch
             logger.warning("store error while isolating a refused record: %s: %s", type(exc).__name__, exc)
             return []
-
-
-def _refusal(error: BaseException) -> InvalidRecordError:
-    refusal = InvalidRecordError(f"the store refuses it: {type(error).__name__}: {first_line(error)}")
-    refusal.__cause__ = error
-    return refusal
-
-
-def first_line(exc: BaseException) -> str:
-    """The first line of an error's text (SQLAlchemy appends the statement), at most 500 characters."""
-    return (str(exc).splitlines() or [type(exc).__name__])[0][:500]
