@@ -5,7 +5,8 @@ locked, the disk is full, the code and the schema disagree): the batch is retrie
 `/healthz` says so meanwhile; or a record's (a value the column cannot hold, a constraint a
 value breaks, an exception a projector raises on a value: OverflowError, DataError,
 IntegrityError...): the records are found by trying parts of the batch, each try rolled back,
-and dead-lettered, and the rest is applied. Retrying such a batch would fail for ever.
+and left out (the live runner dead-letters them, a replay skips them), and the rest is applied.
+Retrying such a batch would fail for ever.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from sqlalchemy.engine import Engine
 from convdb.consumers._apply import apply_batch
 from convdb.consumers.base import Batch, ConsumedRecord, Projector
 from convdb.infra.errors import PublishError
+from convdb.schemas.errors import InvalidRecordError
 
 T = TypeVar("T")
 
@@ -46,6 +48,33 @@ def is_infrastructure(error: BaseException) -> bool:
 
 Try = Callable[[Sequence[T]], BaseException | None]
 """Apply a part of the batch (rolled back): the error it raised, None if it applied."""
+
+
+def culprits(error: BaseException, records: Sequence[T], attempt: Try[T]) -> list[tuple[T, BaseException]]:
+    """The records to blame for the batch's `error`, each with its own error: `refused`, or []
+    at once when the error is the infrastructure's.
+
+    An infrastructure error of a try propagates.
+    """
+    return [] if is_infrastructure(error) else refused(records, attempt)
+
+
+def without(records: Sequence[T], found: Sequence[tuple[T, BaseException]]) -> list[T]:
+    """The records but the ones found (by identity: records are not hashable)."""
+    gone = {id(r) for r, _ in found}
+    return [r for r in records if id(r) not in gone]
+
+
+def refusal(error: BaseException) -> InvalidRecordError:
+    """The error a refused record is dead-lettered with (the store's error is its cause)."""
+    refused_by = InvalidRecordError(f"the store refuses it: {type(error).__name__}: {first_line(error)}")
+    refused_by.__cause__ = error
+    return refused_by
+
+
+def first_line(exc: BaseException) -> str:
+    """The first line of an error's text (SQLAlchemy appends the statement), at most 500 characters."""
+    return (str(exc).splitlines() or [type(exc).__name__])[0][:500]
 
 
 def refused(records: Sequence[T], attempt: Try[T]) -> list[tuple[T, BaseException]]:

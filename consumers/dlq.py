@@ -14,6 +14,7 @@ stop the consumer on every restart.
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterable, Mapping
 
 from confluent_kafka import KafkaError, KafkaException, Message
 
@@ -31,6 +32,9 @@ OMITTED = "convdb.dlq.omitted"
 _KEY_LIMIT = 1024
 
 Letter = tuple[bytes | None, bytes | None, list[tuple[str, bytes]]]
+Where = tuple[str, int, int]
+"""A record's coordinates: topic, partition, offset."""
+Poison = tuple[Message, BaseException]
 
 
 class DeadLetters:
@@ -89,6 +93,62 @@ class DeadLetters:
         except PublishError as exc:
             # Its batch never committed (`wait_durable` comes first), so the record is re-read.
             logger.warning("closing with dead letters not acknowledged (re-sent on restart): %s", exc)
+
+
+class BatchLetters:
+    """One batch's dead letters, each record once by its coordinates, for the DLQ writes that
+    must be durable before the store transaction storing the batch's offsets commits.
+
+    A batch's transaction may be tried several times (the store failed, a refused record was
+    found): a record refused again is not dead-lettered again, and after a try whose DLQ writes
+    failed every letter of the batch is sent again (the DLQ is at-least-once: the
+    `convdb.original.*` headers identify the copies).
+    """
+
+    def __init__(self, dead: DeadLetters, raw: Mapping[Where, Message], poison: Iterable[Poison]) -> None:
+        self._dead = dead
+        self._raw = raw
+        self._letters: dict[Where, Poison] = {}
+        for msg, error in poison:
+            self._letters.setdefault((msg.topic(), msg.partition(), msg.offset()), (msg, error))
+        self._unsent: list[Where] = list(self._letters)
+
+    def __len__(self) -> int:
+        return len(self._letters)
+
+    def add(self, where: Where, error: BaseException) -> None:
+        """Dead-letter the batch's record at `where` with `error` (sent by the next `send` or
+        `wait_durable`), unless it already is."""
+        if where not in self._letters:
+            self._letters[where] = (self._raw[where], error)
+            self._unsent.append(where)
+
+    def send(self) -> None:
+        """Send the letters not sent yet (every one again once a send or a wait has failed).
+
+        Raises:
+            PublishError: the DLQ's producer refused a letter.
+        """
+        try:
+            for where in self._unsent:
+                self._dead.send(*self._letters[where])
+        except PublishError:
+            self._unsent = list(self._letters)
+            raise
+        self._unsent = []
+
+    def wait_durable(self) -> None:
+        """Send the letters not sent yet, and block until every one sent is acknowledged.
+
+        Raises:
+            PublishError: a letter was not made durable (the caller must not commit).
+        """
+        self.send()
+        try:
+            self._dead.wait_durable()
+        except PublishError:
+            self._unsent = list(self._letters)
+            raise
 
 
 def _too_large(error: object) -> bool:

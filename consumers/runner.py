@@ -33,7 +33,7 @@ from convdb.consumers._gc import batch_done, batch_loop
 from convdb.consumers._pipeline import StorePipeline
 from convdb.consumers._rows import key_of
 from convdb.consumers.base import ConsumedRecord, Projector
-from convdb.consumers.dlq import DeadLetters
+from convdb.consumers.dlq import DeadLetters, Poison
 from convdb.consumers.errors import ConsumerError
 from convdb.consumers.metrics import ConsumerMetrics
 from convdb.consumers.store import ensure_projections, open_engine
@@ -46,9 +46,6 @@ from convdb.schemas.errors import InvalidRecordError, NotAvroError, SchemaError
 from convdb.schemas.topics import Topic
 
 logger = logging.getLogger(__name__)
-
-Poison = tuple[Message, BaseException]
-
 
 _Written = tuple[dict[tuple[str, int], int], int]
 """A written batch: its next offset per topic-partition, and how many records it applied."""
@@ -182,8 +179,8 @@ class Runner:
         # Each traced record gets a span (child of its producer's) covering its batch transaction.
         with tracing.record_spans(f"consumer {self.name}", list(batch.raw.values())):
             ends = _batch_ends(batch.raw)
-            applied = self._writer.write(batch.records, batch.raw, ends, batch.poison)
-        self.metrics.batch_done(applied, len(batch.poison), time.monotonic() - batch.started)
+            applied, dead = self._writer.write(batch.records, batch.raw, ends, batch.poison)
+        self.metrics.batch_done(applied, dead, time.monotonic() - batch.started)
         return ends, applied
 
     def _decode(

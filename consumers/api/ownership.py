@@ -16,7 +16,6 @@ record, so the loser is answered 404 too, never 202.
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -29,13 +28,15 @@ from convdb.consumers.store import stored_offsets
 from convdb.consumers.views.tables import conversations as views_table
 from convdb.infra.kafka import make_consumer
 from convdb.infra.partitioner import partition_for
+from convdb.infra.retry import Backoff
 from convdb.infra.settings import Settings
 from convdb.schemas import Codec
 from convdb.schemas.errors import SchemaError
 from convdb.schemas.topics import EVENTS, INBOX
 
-COMMITTED_ATTEMPTS = 5
-"""Tries at the runners' committed offset while the broker answers with a retriable error."""
+COMMITTED_RETRY_S = 2.0
+"""How long the runners' committed offset is asked for again while the broker answers with a
+retriable error (waits of 0.2, 0.4, 0.8 s...: five quick tries)."""
 VIEWS = "views"
 """The projector whose stored offsets say how far the read side has folded the events."""
 
@@ -111,7 +112,7 @@ class LogOwnership:
                 # The runners' group id, to read what they committed; this consumer never joins the
                 # group (no subscribe) and never commits.
                 self._committed = make_consumer(self.settings, self.settings.group("runner"))
-            attempt = 1
+            backoff = Backoff(COMMITTED_RETRY_S, first_s=0.2)
             while True:
                 try:
                     found = self._committed.committed([TopicPartition(inbox, partition)], timeout=10)
@@ -119,10 +120,10 @@ class LogOwnership:
                 except KafkaException as exc:
                     # e.g. NOT_COORDINATOR while a fresh broker elects the group's coordinator
                     error = exc.args[0]
-                    if not error.retriable() or attempt == COMMITTED_ATTEMPTS:
+                    wait = backoff.failed() if error.retriable() else None
+                    if wait is None:
                         raise OwnershipUnknownError(f"runners' position in {inbox}: {error.str()}") from exc
-                time.sleep(0.2 * attempt)
-                attempt += 1
+                    backoff.wait(wait)
 
     def _views_position(self, partition: int) -> int:
         events = EVENTS.name(self.settings.namespace)

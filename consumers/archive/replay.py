@@ -20,7 +20,7 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from convdb.consumers._apply import apply_batch
 from convdb.consumers._gc import batch_done, batch_loop
-from convdb.consumers._isolate import is_infrastructure, refused, rolled_back
+from convdb.consumers._isolate import culprits, rolled_back, without
 from convdb.consumers._pipeline import StorePipeline
 from convdb.consumers._rows import key_of
 from convdb.consumers.archive.container import RawRecord
@@ -264,15 +264,13 @@ def _apply(
             break
         except Exception as exc:
             # As the live runner (`convdb.consumers._commit`): the records the store refuses are left out.
-            attempt = rolled_back(engine, [projector], namespace, ends)
-            culprits = [] if is_infrastructure(exc) else refused(batch, attempt)
-            if not culprits:
+            found = culprits(exc, batch, rolled_back(engine, [projector], namespace, ends))
+            if not found:
                 raise
-            for record, error in culprits:
+            for record, error in found:
                 logger.warning("%s[%d]@%d: the store refuses it, skipped: %s", *_where(record), error)
-            gone = {id(r) for r, _ in culprits}
-            batch = [r for r in batch if id(r) not in gone]
-            result.rejected += len(culprits)
+            batch = without(batch, found)
+            result.rejected += len(found)
     result.rejected += len(rejected)
     result.applied += applied
 

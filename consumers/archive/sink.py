@@ -25,6 +25,7 @@ from convdb.consumers.archive.container import RawRecord, write_container
 from convdb.consumers.archive.errors import ArchiveError
 from convdb.consumers.archive.index import ObjectIndex
 from convdb.consumers.archive.target import ArchiveTarget
+from convdb.infra.retry import Backoff
 from convdb.infra.settings import ArchiveSettings
 
 logger = logging.getLogger(__name__)
@@ -163,17 +164,17 @@ class ArchiveSink:
 
     def _retried(self, what: str, call: Callable[[], T]) -> T:
         """`call()`, retried with backoff for `put_deadline_s` while the target fails (on /healthz)."""
-        deadline = self.clock() + self.put_deadline_s
-        delay = 0.2
+        backoff = Backoff(self.put_deadline_s, first_s=0.2, clock=self.clock)
         while True:
             try:
                 result = call()
-                self.report(None)
-                return result
             except ArchiveError as exc:
-                if self.clock() + delay > deadline:
+                wait = backoff.failed()
+                if wait is None:
                     raise
                 self.report(f"{what} failing, retried for up to {self.put_deadline_s:.0f}s: {exc}")
-                logger.warning("archive %s failed, retrying in %.1fs: %s", what, delay, exc)
-                time.sleep(delay)
-                delay = min(delay * 2, 5.0)
+                logger.warning("archive %s failed, retrying in %.1fs: %s", what, wait, exc)
+                backoff.wait(wait)
+            else:
+                self.report(None)
+                return result

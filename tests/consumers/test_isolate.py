@@ -8,7 +8,7 @@ import sqlalchemy.exc as sa_exc
 from hypothesis import given
 from hypothesis import strategies as st
 
-from convdb.consumers._isolate import is_infrastructure, refused
+from convdb.consumers._isolate import culprits, is_infrastructure, refusal, refused, without
 from convdb.infra.errors import PublishError
 
 
@@ -76,3 +76,25 @@ def test_the_errors_of_the_infrastructure_are_not_a_records() -> None:
         RecursionError("deep"),
     ):
         assert not is_infrastructure(error), error
+
+
+def test_the_culprits_of_an_infrastructure_error_are_none_and_no_part_is_tried() -> None:
+    log: list[int] = []
+    outage = sa_exc.OperationalError("INSERT", {}, Exception("connection refused"))
+    assert culprits(outage, [1, 2, 3], attempts(log, 100, {2})) == []
+    assert log == []
+    ((value, error),) = culprits(OverflowError("at 2"), [1, 2, 3], attempts(log, 100, {2}))
+    assert value == 2 and str(error) == "at 2"
+
+
+def test_the_batch_without_its_culprits_keeps_the_others_in_order() -> None:
+    records = [[1], [2], [1]]  # equal but distinct records: identity decides
+    assert without(records, [(records[0], ValueError("x"))]) == [[2], [1]]
+    assert without(records, [(records[0], ValueError("x"))])[1] is records[2]
+
+
+def test_a_refusal_names_the_stores_error_by_its_first_line_and_keeps_it_as_cause() -> None:
+    error = sa_exc.DataError("INSERT INTO t VALUES (?)", {}, Exception("integer out of range"))
+    refused_by = refusal(error)
+    expected = "the store refuses it: DataError: (builtins.Exception) integer out of range"
+    assert str(refused_by) == expected and refused_by.__cause__ is error
