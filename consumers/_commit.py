@@ -25,6 +25,7 @@ from convdb.consumers.dlq import DeadLetters
 from convdb.consumers.errors import StoreError
 from convdb.consumers.metrics import ConsumerMetrics
 from convdb.infra.errors import PublishError
+from convdb.infra.records import coordinates
 from convdb.schemas.errors import InvalidRecordError
 
 logger = logging.getLogger(__name__)
@@ -42,7 +43,7 @@ class _Letters:
     sent: set[Where] = field(default_factory=set)
 
     def __post_init__(self) -> None:
-        self.sent = {(m.topic(), m.partition(), m.offset()) for m, _ in self.poison}
+        self.sent = {coordinates(m) for m, _ in self.poison}
 
     def add(self, record: ConsumedRecord, error: BaseException, dead: DeadLetters) -> None:
         where = (record.topic, record.partition, record.offset)
