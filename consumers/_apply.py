@@ -86,8 +86,8 @@ def _apply_shares(conn: Connection, shares: list[tuple[Projector, Batch]]) -> tu
     refusals = []
     for projector, share in shares:
         # `or ()`: a plugin written before `apply` returned its refusals returns None.
-        refused = projector.apply(conn, share) or ()
-        refusals.append((share, {id(r.record): r for r in refused}))
+        returned = projector.apply(conn, share) or ()
+        refusals.append((share, {id(r.record): r for r in returned}))
     rejected: dict[int, Rejection] = {}
     for _, refused in refusals:
         for key, rejection in refused.items():

@@ -168,7 +168,7 @@ def _copy(
     cursor = conn.connection.cursor()
     try:
         # A unique violation stays the driver's: `_copy_insert` stages those rows instead.
-        with _as_sqlalchemy_error(sql, psycopg.Error, (UniqueViolation,)), cursor.copy(sql) as copy:  # type: ignore[attr-defined]
+        with _as_sqlalchemy_error(sql, psycopg.Error, (UniqueViolation,)), cursor.copy(sql) as copy:
             copy.set_types([_copy_type(table.c[c].type) for c in columns])
             for row in rows:
                 copy.write_row(row)

@@ -255,7 +255,8 @@ def load_rows(
     found: dict[str, Mapping[str, Any]] = {}
     for start in range(0, len(keys), CHUNK):
         for row in connection.execute(query, {"keys": list(keys[start : start + CHUNK])}).mappings():
-            found[row[key]] = row
+            # A RowMapping is keyed by name or Column (Mapping is invariant in its key); read by name.
+            found[row[key]] = row  # type: ignore[assignment]
     return found
 
 

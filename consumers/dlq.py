@@ -21,6 +21,7 @@ from confluent_kafka import KafkaError, KafkaException, Message
 from convdb.infra.dlq import error_headers
 from convdb.infra.errors import PublishError
 from convdb.infra.producer import Delivery, DurableProducer
+from convdb.infra.records import coordinates
 from convdb.infra.settings import Settings
 from convdb.schemas.topics import DLQ
 
@@ -48,14 +49,10 @@ class DeadLetters:
 
     def send(self, msg: Message, error: BaseException) -> None:
         """Enqueue one poison record, keeping its key and value bytes."""
-        headers = error_headers(self.consumer, msg.topic(), msg.partition(), msg.offset(), error)
+        topic, partition, offset = coordinates(msg)
+        headers = error_headers(self.consumer, topic, partition, offset, error)
         logger.error(
-            "poison record %s[%s]@%s -> DLQ: %s: %s",
-            msg.topic(),
-            msg.partition(),
-            msg.offset(),
-            type(error).__name__,
-            error,
+            "poison record %s[%s]@%s -> DLQ: %s: %s", topic, partition, offset, type(error).__name__, error
         )
         letter: Letter = (msg.key(), msg.value(), headers)
         try:
@@ -82,9 +79,10 @@ class DeadLetters:
 
     def _again(self, delivery: Delivery, letter: Letter) -> Delivery:
         """The delivery itself, or a copy without the value when the broker refused its size."""
-        if not delivery.done or not _too_large(delivery.error):
+        error = delivery.error
+        if not delivery.done or error is None or not _too_large(error):
             return delivery
-        return self._producer.produce_raw(self.topic, *_without_value(letter, delivery.error.str()))  # type: ignore[union-attr]
+        return self._producer.produce_raw(self.topic, *_without_value(letter, error.str()))
 
     def close(self) -> None:
         """Flush what is pending; a record that does not make it is sent again after a restart."""
@@ -110,7 +108,7 @@ class BatchLetters:
         self._raw = raw
         self._letters: dict[Where, Poison] = {}
         for msg, error in poison:
-            self._letters.setdefault((msg.topic(), msg.partition(), msg.offset()), (msg, error))
+            self._letters.setdefault(coordinates(msg), (msg, error))
         self._unsent: list[Where] = list(self._letters)
 
     def __len__(self) -> int:

@@ -40,6 +40,7 @@ from convdb.consumers.store import ensure_projections, open_engine
 from convdb.consumers.store import stored_offsets as read_stored_offsets
 from convdb.infra import tracing
 from convdb.infra.kafka import make_consumer
+from convdb.infra.records import coordinates
 from convdb.infra.settings import Settings
 from convdb.schemas import Codec, SingleObjectCodec, make_codec
 from convdb.schemas.errors import InvalidRecordError, NotAvroError, SchemaError
@@ -197,7 +198,7 @@ class Runner:
             if err is not None:
                 _check_consumer_error(err)
                 continue
-            topic, partition, offset = msg.topic(), msg.partition(), msg.offset()
+            topic, partition, offset = coordinates(msg)
             raw[(topic, partition, offset)] = msg
             value = msg.value()
             try:

@@ -24,11 +24,8 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import ArgumentError, SQLAlchemyError
 
-from convdb.consumers._bulk import (
-    bulk_insert,  # noqa: F401 - re-exported: part of the store API
-    plain_columns,
-    sqlite_upsert,
-)
+from convdb.consumers._bulk import bulk_insert as bulk_insert  # re-exported: part of the store API
+from convdb.consumers._bulk import plain_columns, sqlite_upsert
 from convdb.consumers.errors import StoreError
 
 

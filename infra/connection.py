@@ -44,7 +44,7 @@ class DevStack:
             s3 = S3Settings(
                 endpoint_url=self.s3_endpoint,
                 access_key_id=EMBEDDED_S3_KEY,
-                secret_access_key=EMBEDDED_S3_KEY,  # type: ignore[arg-type]
+                secret_access_key=EMBEDDED_S3_KEY,
             )
             settings = settings.model_copy(update={"s3": s3, "archive_url": f"s3://{self.bucket}/archive"})
         return settings

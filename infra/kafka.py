@@ -7,7 +7,7 @@ import time
 from typing import Any
 
 from confluent_kafka import Consumer, KafkaException, Producer
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]  # re-exported, no __all__
 
 from convdb.infra.errors import NoBrokerError, TopicError
 from convdb.infra.settings import Settings

@@ -51,7 +51,8 @@ class Delivery:
         partition = msg.partition()
         self.partition = -1 if partition is None else partition
         if err is None:
-            self.offset = msg.offset()
+            offset = msg.offset()
+            self.offset = -1 if offset is None else offset
         self.done = True
 
     @property
@@ -130,7 +131,9 @@ class DurableProducer:
         deadline = time.monotonic() + self._deadline
         while True:
             try:
-                self.producer.produce(topic, value, key, headers=headers, on_delivery=delivery)
+                # The stub types headers list[tuple[str, str | bytes | None]]: a list is invariant, so
+                # list[tuple[str, bytes]] does not match it.
+                self.producer.produce(topic, value, key, headers=headers, on_delivery=delivery)  # type: ignore[arg-type]
                 return delivery
             except BufferError as exc:
                 if time.monotonic() > deadline:

@@ -18,6 +18,7 @@ from confluent_kafka import OFFSET_BEGINNING, OFFSET_END, Consumer, KafkaError, 
 
 from convdb.infra.errors import InfraError
 from convdb.infra.kafka import common_config, fetch_wait_ms
+from convdb.infra.records import coordinates
 from convdb.infra.settings import Settings
 
 Partition = tuple[str, int]
@@ -85,19 +86,22 @@ def consume_to_end(
     todo = set(partitions)
     while follow or todo:
         for msg in consumer.consume(batch, poll_timeout):
-            tp, err = (msg.topic(), msg.partition()), msg.error()
+            err = msg.error()
             if err is None:
-                ends[tp] = msg.offset() + 1
+                topic, partition, offset = coordinates(msg)
+                ends[(topic, partition)] = offset + 1
                 yield msg
             elif err.code() == KafkaError._PARTITION_EOF:
-                ends[tp] = max(ends.get(tp, 0), msg.offset())
+                topic, partition, offset = coordinates(msg)
+                tp = (topic, partition)
+                ends[tp] = max(ends.get(tp, 0), offset)
                 if not follow and tp in todo:
                     todo.discard(tp)
-                    consumer.pause([TopicPartition(*tp)])
+                    consumer.pause([TopicPartition(topic, partition)])
             elif err.code() == KafkaError.OFFSET_OUT_OF_RANGE:
-                raise InfraError(f"{tp[0]}[{tp[1]}]: offset out of range")
+                raise InfraError(f"{msg.topic()}[{msg.partition()}]: offset out of range")
             elif not err.retriable():
-                raise InfraError(f"reading {tp[0]}[{tp[1]}]: {err.str()}")
+                raise InfraError(f"reading {msg.topic()}[{msg.partition()}]: {err.str()}")
 
 
 @dataclass
@@ -129,7 +133,8 @@ def read_to_end(
         consumer.assign(list(starts))
         for msg in consume_to_end(consumer, list(found), ends, poll_timeout=0.05, batch=2000):
             if keep is None or keep(msg):
-                found[(msg.topic(), msg.partition())].records.append(msg)
+                topic, partition, _ = coordinates(msg)
+                found[(topic, partition)].records.append(msg)
     finally:
         consumer.close()
     for tp, read in found.items():
@@ -174,19 +179,21 @@ def partition_extents(settings: Settings, topic: str, timeout: float = 30.0) -> 
             if time.monotonic() > deadline:
                 raise InfraError(f"{topic}: no fetch answer for partitions {sorted(set(parts) - set(found))}")
             for msg in consumer.consume(100, 0.2):
-                p, err = msg.partition(), msg.error()
-                if p in found:
+                err = msg.error()
+                if msg.partition() in found:
                     continue
                 if err is None:
-                    low.setdefault(p, msg.offset())
+                    _, p, offset = coordinates(msg)
+                    low.setdefault(p, offset)
                     high = consumer.get_watermark_offsets(TopicPartition(topic, p), cached=True)[1]
                     if high >= 0:
                         found[p] = (low[p], high)
                         consumer.pause([TopicPartition(topic, p)])
                 elif err.code() == KafkaError._PARTITION_EOF:
-                    found[p] = (low.get(p, msg.offset()), msg.offset())
+                    _, p, offset = coordinates(msg)
+                    found[p] = (low.get(p, offset), offset)
                 elif not err.retriable():
-                    raise InfraError(f"reading {topic}[{p}]: {err.str()}")
+                    raise InfraError(f"reading {topic}[{msg.partition()}]: {err.str()}")
         return found
     finally:
         consumer.close()

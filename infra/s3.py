@@ -11,8 +11,8 @@ def make_s3_client(
     endpoint_url: str | None, region: str, access_key_id: str | None, secret_access_key: str | None
 ) -> Any:
     """A boto3 S3 client; path-style addressing so local endpoints work."""
-    import boto3
-    from botocore.config import Config
+    import boto3  # type: ignore[import-untyped]  # boto3 ships no types
+    from botocore.config import Config  # type: ignore[import-untyped]
 
     return boto3.client(
         "s3",

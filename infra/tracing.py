@@ -13,7 +13,7 @@ across Kafka.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager, nullcontext
 from typing import Any
 
@@ -26,6 +26,8 @@ logger = logging.getLogger(__name__)
 TRACER = "convdb"
 TRACE_HEADERS = ("traceparent", "tracestate")
 Headers = list[tuple[str, bytes]]
+RecordHeaders = Iterable[tuple[str, str | bytes | None]] | Mapping[str, str | bytes | None]
+"""A record's headers as confluent-kafka types them: (name, value) pairs, or a mapping."""
 
 _state: dict[str, Any] = {"enabled": False, "service": None}
 
@@ -52,7 +54,7 @@ def setup_tracing(service: str, *, llm: bool = False) -> bool:
         return BatchSpanProcessor(exporter)
 
     attributes: dict[str, str] = {"convdb.service": service}
-    if Resource.create().attributes.get(SERVICE_NAME, "").startswith("unknown_service"):
+    if str(Resource.create().attributes.get(SERVICE_NAME, "")).startswith("unknown_service"):
         attributes[SERVICE_NAME] = f"convdb-{service}"
     Configurator().configure(
         resource_attributes=attributes, export_span_processor=export_processor, setup_logging_handler=False
@@ -85,16 +87,21 @@ def inject(headers: Headers | None) -> Headers | None:
     return kept + [(k, v.encode()) for k, v in carrier.items()]
 
 
-def extract(headers: Iterable[tuple[str, bytes | None]] | None) -> Context | None:
+def extract(headers: RecordHeaders | None) -> Context | None:
     """The sampled trace context a record carries, or None (none, unsampled, or not tracing)."""
     if not _state["enabled"] or not headers:
         return None
-    carrier = {k: (v or b"").decode(errors="replace") for k, v in headers if k in TRACE_HEADERS}
+    pairs = headers.items() if isinstance(headers, Mapping) else headers
+    carrier = {k: _text(v) for k, v in pairs if k in TRACE_HEADERS}
     if "traceparent" not in carrier:
         return None
     context = propagate.extract(carrier)
     found = trace.get_current_span(context).get_span_context()
     return context if found.is_valid and found.trace_flags.sampled else None
+
+
+def _text(value: str | bytes | None) -> str:
+    return value if isinstance(value, str) else (value or b"").decode(errors="replace")
 
 
 @contextmanager
@@ -169,7 +176,7 @@ def spans_for(
             s.end()
 
 
-def traced(headers: Iterable[tuple[str, bytes | None]] | None, name: str, **attributes: Any) -> Any:
+def traced(headers: RecordHeaders | None, name: str, **attributes: Any) -> Any:
     """A CONSUMER span continuing one record's context, or a no-op context manager."""
     parent = extract(headers)
     if parent is None:

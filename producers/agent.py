@@ -57,12 +57,10 @@ class SecurityAnalyzer(Frozen):
     """Rates an action's risk from its tool's effect class."""
 
     risk_by_class: dict[EffectClass, SecurityRisk] = Field(
-        default_factory=lambda: {
-            "read_only": "low",
-            "idempotent": "low",
-            "keyed": "medium",
-            "irreversible": "high",
-        }
+        # Typed explicitly: inside Field's overloaded `default_factory` a bare literal is dict[str, str].
+        default_factory=lambda: dict[EffectClass, SecurityRisk](
+            {"read_only": "low", "idempotent": "low", "keyed": "medium", "irreversible": "high"}
+        )
     )
 
     def assess(self, tool: Tool) -> SecurityRisk:

@@ -16,6 +16,7 @@ from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from typing import Any, Protocol, TypeVar
 
+from convdb.infra.producer import Delivery
 from convdb.infra.settings import RuntimeSettings
 from convdb.producers import records as rec
 from convdb.producers._stats import RunStats
@@ -26,7 +27,6 @@ from convdb.producers.ledger import Ledger
 from convdb.producers.llm import LLMClient
 from convdb.producers.observe import NO_METRICS, RunnerMetrics
 from convdb.producers.positions import LogPositions, base_snapshot
-from convdb.producers.publisher import Delivery
 from convdb.producers.recovery import Recovery
 from convdb.producers.run_loop import RunLoop
 from convdb.producers.secrets import SecretsRegistry

@@ -11,8 +11,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
+from convdb.infra.producer import Delivery
 from convdb.producers.ledger import Ledger, open_operations
-from convdb.producers.publisher import Delivery
 from convdb.producers.state import ConversationState
 from convdb.schemas import AvroModel, EffectProposed, EventEnvelope, LedgerRecord, Snapshot
 

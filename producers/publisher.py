@@ -64,17 +64,17 @@ class EventPublisher(DurableProducer):
         self.codec = codec
         self.sequence = SequenceCheck()
 
-    def topic_name(self, topic: Topic) -> str:
+    def topic_name(self, topic: Topic[Any]) -> str:
         """Full name of a registry topic."""
         return topic.name(self.settings.namespace)
 
-    def publish(self, record: AvroModel, topic: Topic = EVENTS) -> Delivery:
+    def publish(self, record: AvroModel, topic: Topic[Any] = EVENTS) -> Delivery:
         """Encode and enqueue one record; returns its `Delivery` (not yet durable)."""
         if isinstance(record, EventEnvelope):
             self.sequence.check(record)
         return self.produce_raw(self.topic_name(topic), key_of(record), self.codec.encode(record))
 
-    def publish_durable(self, records: Sequence[AvroModel], topic: Topic = EVENTS) -> list[Delivery]:
+    def publish_durable(self, records: Sequence[AvroModel], topic: Topic[Any] = EVENTS) -> list[Delivery]:
         """Publish records and wait until all are durable."""
         return self.wait_durable([self.publish(r, topic) for r in records])
 
@@ -94,7 +94,7 @@ class TransactionalPublisher(EventPublisher, TransactionalProducer):
 
     def publish_atomic(
         self,
-        records: Sequence[tuple[Topic, AvroModel]],
+        records: Sequence[tuple[Topic[Any], AvroModel]],
         offsets: list[TopicPartition] | None = None,
         group_metadata: Any = None,
         timeout: float | None = None,

@@ -70,7 +70,7 @@ def scripted_turn(messages: list[dict[str, Any]]) -> dict[str, Any]:
             }
             for j, (name, args) in enumerate(plan[done])
         ]
-        message: dict[str, Any] = {
+        message = {
             "role": "assistant",
             "content": f"Step {done + 1} of {len(plan)}.",
             "tool_calls": calls,

@@ -4,9 +4,10 @@ idempotent producer (`DurableSink`, for conversations no runner owns) can be plu
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Protocol
+from typing import Any, Protocol
 
-from convdb.producers.publisher import Delivery, EventPublisher
+from convdb.infra.producer import Delivery
+from convdb.producers.publisher import EventPublisher
 from convdb.schemas import AvroModel, EventEnvelope, LedgerRecord, Snapshot
 from convdb.schemas.topics import EFFECTS, EVENTS, STATE, Topic
 
@@ -14,7 +15,7 @@ from convdb.schemas.topics import EFFECTS, EVENTS, STATE, Topic
 class RecordSink(Protocol):
     """Writes a group of records and returns only once they are durable."""
 
-    def write(self, records: Sequence[tuple[Topic, AvroModel]]) -> list[Delivery]:
+    def write(self, records: Sequence[tuple[Topic[Any], AvroModel]]) -> list[Delivery]:
         """Make every record durable (acks=all); raise `PublishError` otherwise."""
         ...
 
@@ -25,12 +26,12 @@ class DurableSink:
     def __init__(self, publisher: EventPublisher) -> None:
         self.publisher = publisher
 
-    def write(self, records: Sequence[tuple[Topic, AvroModel]]) -> list[Delivery]:
+    def write(self, records: Sequence[tuple[Topic[Any], AvroModel]]) -> list[Delivery]:
         """Publish all, then wait for every acknowledgement."""
         return self.publisher.wait_durable([self.publisher.publish(r, t) for t, r in records])
 
 
-def topic_of(record: AvroModel) -> Topic:
+def topic_of(record: AvroModel) -> Topic[Any]:
     """The topic a conversation record belongs on."""
     if isinstance(record, EventEnvelope):
         return EVENTS

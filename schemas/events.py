@@ -231,7 +231,7 @@ Event = Annotated[
 ]
 """Any conversation event, discriminated by `kind`."""
 
-EVENT_TYPES: tuple[type[EventEnvelope], ...] = get_args(get_args(Event)[0])
+EVENT_TYPES: tuple[type[Event], ...] = get_args(get_args(Event)[0])
 """Every conversation event type, in the order of the `Event` union (the one list of them)."""
 
 EVENT_KINDS: tuple[str, ...] = tuple(t.model_fields["kind"].default for t in EVENT_TYPES)

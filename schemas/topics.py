@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
 from convdb.schemas._types import AvroModel
-from convdb.schemas.events import EVENT_TYPES, EventEnvelope
+from convdb.schemas.events import EVENT_TYPES, Event
 from convdb.schemas.records import LEDGER_TYPES, ExternalBatch, InboxMessage, LedgerRecord, Receipt, Snapshot
 
 V = TypeVar("V", bound=AvroModel)
@@ -29,7 +29,7 @@ class Topic(Generic[V]):
         return f"{namespace}.{self.suffix}"
 
 
-EVENTS: Topic[EventEnvelope] = Topic(
+EVENTS: Topic[Event] = Topic(
     "events",
     EVENT_TYPES,
     {"cleanup.policy": "delete", "retention.ms": "-1"},

@@ -69,7 +69,9 @@ class AsyncAcks:
             try:
                 # Every record convdb writes continues the current trace (the webhook request's).
                 headers = tracing.inject(None)
-                self.producer.produce(topic, value, key, headers=headers, on_delivery=delivered)
+                # The stub types headers list[tuple[str, str | bytes | None]]: a list is invariant, so
+                # list[tuple[str, bytes]] does not match it.
+                self.producer.produce(topic, value, key, headers=headers, on_delivery=delivered)  # type: ignore[arg-type]
             except (BufferError, KafkaException) as exc:
                 raise PublishError(f"{topic} key={key}: not queued: {exc}") from exc
             futures.append(future)
@@ -86,11 +88,13 @@ class AsyncAcks:
 
 
 def _settle(
-    future: asyncio.Future[tuple[int, int]], err: KafkaError | None, partition: int, offset: int
+    future: asyncio.Future[tuple[int, int]], err: KafkaError | None, partition: int | None, offset: int | None
 ) -> None:
     if future.done():
         return
     if err is not None:
         future.set_exception(PublishError(f"partition {partition}: not delivered: {err.str()}"))
+    elif partition is None or offset is None:  # librdkafka reports both for every delivered record
+        future.set_exception(PublishError("delivered, but the broker's answer names no partition and offset"))
     else:
         future.set_result((partition, offset))

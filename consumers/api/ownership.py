@@ -28,6 +28,7 @@ from convdb.consumers.store import stored_offsets
 from convdb.consumers.views.tables import conversations as views_table
 from convdb.infra.kafka import make_consumer
 from convdb.infra.partitioner import partition_for
+from convdb.infra.records import coordinates
 from convdb.infra.retry import Backoff
 from convdb.infra.settings import Settings
 from convdb.schemas import Codec
@@ -69,7 +70,7 @@ class LogOwnership:
         """The tenant the views name as owner, None when they do not know the conversation."""
         with self.engine.connect() as conn:
             query = sa.select(views_table.c.tenant_id).where(views_table.c.conversation_id == conversation_id)
-            return conn.execute(query).scalar()  # type: ignore[no-any-return]
+            return conn.execute(query).scalar()
 
     def owner(self, conversation_id: str) -> tuple[str | None, Claim | None]:
         """The owner (None: nobody yet), and for a conversation the read side does not know, the
@@ -144,19 +145,21 @@ class LogOwnership:
                     msg = reader.poll(5.0)
                     if msg is None:
                         raise OwnershipUnknownError(f"{topic}[{partition}] did not answer within 5 s")
-                    if msg.error() is not None:
-                        if msg.error().code() == KafkaError._PARTITION_EOF:
+                    err = msg.error()
+                    if err is not None:
+                        if err.code() == KafkaError._PARTITION_EOF:
                             return None
-                        raise OwnershipUnknownError(f"{topic}[{partition}]: {msg.error().str()}")
-                    read = msg.offset() - start + 1
+                        raise OwnershipUnknownError(f"{topic}[{partition}]: {err.str()}")
+                    read = coordinates(msg)[2] - start + 1
                     if read > self.limit:
                         raise OwnershipUnknownError(
                             f"{topic}[{partition}] has more than {self.limit} records the read side has "
                             "not folded: retry when it caught up"
                         )
-                    if msg.key() == key and msg.value():
+                    value = msg.value()
+                    if msg.key() == key and value:
                         try:
-                            return self.codec.decode(msg.value()).tenant_id
+                            return self.codec.decode(value).tenant_id
                         except SchemaError:
                             continue  # a poison record claims nothing (the runner dead-letters it)
             finally:

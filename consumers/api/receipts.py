@@ -32,7 +32,8 @@ from fastapi.concurrency import run_in_threadpool
 from pydantic import BaseModel, ConfigDict, Field
 
 from convdb.consumers.api._body import read_capped
-from convdb.consumers.api.deps import ApiContext, Ctx, client_address
+from convdb.consumers.api.auth import client_address
+from convdb.consumers.api.deps import ApiContext, Ctx
 from convdb.consumers.api.params import problems
 from convdb.consumers.effects import get_operation
 from convdb.projections.effects import OperationState
@@ -100,7 +101,7 @@ def build_receipt(payload: Any, now: datetime, window: timedelta, skew: timedelt
     except InvalidValueError as exc:
         raise HTTPException(400, f"bad receipt: {exc}") from exc
     except ValueError as exc:  # pydantic's ValidationError
-        errors = getattr(exc, "errors", list)()
+        errors: list[dict[str, Any]] = getattr(exc, "errors", list)()
         problems = "; ".join(f"{'.'.join(map(str, e['loc']))[:40]}: {e['msg'][:200]}" for e in errors[:5])
         raise HTTPException(400, f"bad receipt: {problems}") from exc
     moment = body.timestamp if body.timestamp.tzinfo else body.timestamp.replace(tzinfo=UTC)

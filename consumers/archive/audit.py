@@ -65,4 +65,4 @@ def diff(live: Engine, shadow: Engine, projectors: list[Projector]) -> list[Diff
 def view_at(trajectory: Trajectory, at: datetime | None, offset: int | None) -> view.ViewState:
     """The conversation's view as of a time or an events-topic offset (what the agent saw then)."""
     pairs = list(zip(trajectory.offsets, trajectory.events, strict=True))
-    return view.view_as_of(pairs, conversation_id=trajectory.conversation_id, offset=offset, at=at)  # type: ignore[arg-type]
+    return view.view_as_of(pairs, conversation_id=trajectory.conversation_id, offset=offset, at=at)

@@ -114,6 +114,8 @@ def read_container(data: bytes, what: str) -> Iterator[RawRecord]:
     """
     try:
         for rec in reader(BytesIO(data)):
+            if not isinstance(rec, dict):
+                raise TypeError(f"a {type(rec).__name__} where an ArchivedRecord was expected")
             yield RawRecord(
                 rec["topic"],
                 rec["partition"],

@@ -26,7 +26,7 @@ from convdb.consumers.archive.sources import Segment, Window, read_kafka
 from convdb.infra.partitioner import partition_for
 from convdb.infra.reader import partition_extents
 from convdb.infra.settings import Settings
-from convdb.schemas import EVENT_TYPES, Codec, EventEnvelope
+from convdb.schemas import EVENT_TYPES, Codec, Event
 from convdb.schemas.catalog import shipped_catalog
 from convdb.schemas.errors import SchemaError
 from convdb.schemas.topics import EVENTS
@@ -41,7 +41,7 @@ class Trajectory:
     """A conversation's events in order, plus how many of its records did not decode."""
 
     conversation_id: str
-    events: tuple[EventEnvelope, ...]
+    events: tuple[Event, ...]
     offsets: tuple[int, ...]
     """Events-topic offset of each event (one partition per conversation)."""
     undecodable: int = 0
@@ -49,7 +49,7 @@ class Trajectory:
 
 def from_records(conversation_id: str, records: Iterable[RawRecord], codec: Codec) -> Trajectory:
     """Decode a conversation's records (others are skipped), each event id once."""
-    events: list[EventEnvelope] = []
+    events: list[Event] = []
     offsets: list[int] = []
     seen: set[str] = set()
     bad = 0

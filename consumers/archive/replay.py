@@ -75,7 +75,7 @@ def open_store(url: str) -> Engine:
         raise StoreUrlError(str(exc)) from exc
     except SQLAlchemyError as exc:
         raise StoreUrlError(
-            f"cannot open store {url!r}: {exc.__class__.__name__}: {exc.orig or exc}"
+            f"cannot open store {url!r}: {exc.__class__.__name__}: {getattr(exc, 'orig', None) or exc}"
         ) from exc
     return engine
 
@@ -239,7 +239,7 @@ def _decode(
         if rec.value is None:
             raise SchemaError("null value (a tombstone) where a record was expected")
         value = codec.decode(rec.value, expect=topic.value_types)
-        key = key_of(rec.key, value.conversation_id)  # type: ignore[attr-defined]
+        key = key_of(rec.key, value.conversation_id)
     except Exception as exc:  # noqa: BLE001 - as the live runner: any decoding error is the record's
         logger.warning("%s[%d]@%d: undecodable, skipped: %s", rec.topic, rec.partition, rec.offset, exc)
         result.undecodable += 1

@@ -30,6 +30,7 @@ from convdb.infra.kafka import make_consumer
 from convdb.infra.liveness import AssignmentWatch
 from convdb.infra.ops import Health
 from convdb.infra.procs import on_stop_signal
+from convdb.infra.records import coordinates, header_items
 from convdb.infra.settings import Settings
 from convdb.schemas.topics import ALL_TOPICS
 
@@ -52,8 +53,7 @@ _COMMIT_RETRY_S = 1.0
 def raw_record(msg: Message) -> RawRecord:
     """A consumed message as a `RawRecord` (bytes untouched)."""
     _, ts = msg.timestamp()
-    headers = tuple((k, v) for k, v in (msg.headers() or ()))
-    return RawRecord(msg.topic(), msg.partition(), msg.offset(), ts, msg.key(), msg.value(), headers)
+    return RawRecord(*coordinates(msg), ts, msg.key(), msg.value(), tuple(header_items(msg)))
 
 
 class ArchiveConsumer:
@@ -120,13 +120,14 @@ class ArchiveConsumer:
                 if err.fatal() or (not err.retriable() and err.code() != KafkaError._PARTITION_EOF):
                     raise KafkaException(err)
                 continue
-            parent = tracing.extract(msg.headers())
+            record = raw_record(msg)
+            parent = tracing.extract(record.headers)
             if parent is not None:
-                self._traced.setdefault((msg.topic(), msg.partition()), []).append(
+                self._traced.setdefault((record.topic, record.partition), []).append(
                     (parent, tracing.record_attributes(msg))
                 )
-            if self.sink.add(raw_record(msg)):
-                self._store(consumer, (msg.topic(), msg.partition()))
+            if self.sink.add(record):
+                self._store(consumer, (record.topic, record.partition))
         for tp in self.sink.due():
             self._store(consumer, tp)
         if self._deferred and time.monotonic() - self._deferred_at > _COMMIT_RETRY_S:

@@ -20,6 +20,7 @@ from convdb.consumers.archive.reader import ArchiveReader
 from convdb.consumers.archive.service import raw_record
 from convdb.infra.errors import InfraError
 from convdb.infra.reader import partition_extents, reader_consumer
+from convdb.infra.records import coordinates
 from convdb.infra.settings import Settings
 
 Source = Literal["kafka", "archive", "auto"]
@@ -209,10 +210,11 @@ def _read_kafka(
                     if err.code() == KafkaError._PARTITION_EOF:
                         todo.discard(key)
                     continue
-                position[key] = msg.offset() + 1
-                if msg.offset() < stops[key]:
+                _, _, offset = coordinates(msg)
+                position[key] = offset + 1
+                if offset < stops[key]:
                     yield raw_record(msg)
-                if msg.offset() >= stops[key] - 1:
+                if offset >= stops[key] - 1:
                     todo.discard(key)
     finally:
         consumer.close()

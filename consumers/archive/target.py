@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import builtins
 import logging
 import os
 import tempfile
@@ -34,7 +35,8 @@ class ArchiveTarget(Protocol):
         """Keys under `prefix` in ascending order, only those after `start_after`."""
         ...
 
-    def folders(self, prefix: str) -> list[str]:
+    # `builtins.list`: in these classes `list` names the listing method.
+    def folders(self, prefix: str) -> builtins.list[str]:
         """Names of the immediate sub-folders of `prefix` (which ends with '/')."""
         ...
 
@@ -57,7 +59,7 @@ class S3Target:
     def get(self, key: str) -> bytes | None:
         """GetObject; None on NoSuchKey."""
         try:
-            return self.client.get_object(Bucket=self.bucket, Key=key)["Body"].read()  # type: ignore[no-any-return]
+            return self.client.get_object(Bucket=self.bucket, Key=key)["Body"].read()
         except self.client.exceptions.NoSuchKey:
             return None
         except Exception as exc:  # noqa: BLE001
@@ -66,7 +68,7 @@ class S3Target:
     def head_metadata(self, key: str) -> dict[str, str]:
         """An object's S3 user metadata."""
         try:
-            return self.client.head_object(Bucket=self.bucket, Key=key)["Metadata"]  # type: ignore[no-any-return]
+            return self.client.head_object(Bucket=self.bucket, Key=key)["Metadata"]
         except Exception as exc:  # noqa: BLE001
             raise ArchiveError(f"head s3://{self.bucket}/{key} failed: {exc}") from exc
 
@@ -83,7 +85,7 @@ class S3Target:
         except Exception as exc:  # noqa: BLE001
             raise ArchiveError(f"list s3://{self.bucket}/{prefix} failed: {exc}") from exc
 
-    def folders(self, prefix: str) -> list[str]:
+    def folders(self, prefix: str) -> builtins.list[str]:
         """Common prefixes under `prefix` with Delimiter='/' (no object listing)."""
         pages = self.client.get_paginator("list_objects_v2")
         names = []
@@ -145,7 +147,7 @@ class FileTarget:
                     keys.append(key)
         yield from sorted(keys)
 
-    def folders(self, prefix: str) -> list[str]:
+    def folders(self, prefix: str) -> builtins.list[str]:
         """Sub-directories of the prefix folder."""
         base = self.root / prefix
         return sorted(p.name for p in base.iterdir() if p.is_dir()) if base.is_dir() else []

@@ -23,6 +23,7 @@ from convdb.consumers.console.render import form, redirect, render
 from convdb.consumers.console.session import COOKIE, LOGIN_COOKIE, ConsoleUser, same_token, set_cookie
 from convdb.consumers.console.web import console_state, current_user, error_page, login_redirect, signed_in
 from convdb.infra.errors import PublishError
+from convdb.schemas._types import InboxCommand
 from convdb.schemas.errors import InvalidValueError
 from convdb.schemas.validation import check_operation_id, conversation_id_problem, shown, text_problem
 
@@ -150,7 +151,7 @@ async def _inbox(
     request: Request,
     user: ConsoleUser,
     conversation_id: str,
-    command: str,
+    command: InboxCommand,
     content: str,
     notice: str,
 ) -> Response:
@@ -187,7 +188,7 @@ async def resolve(request: Request, conn: Conn) -> Response:
     except InvalidValueError:
         return error_page(user, HTTPException(404, f"no operation {shown(operation_id)}"))
     try:
-        body = Resolve(decision=fields.get("decision", ""), note=fields.get("note", ""))  # type: ignore[arg-type]
+        body = Resolve(decision=fields.get("decision", ""), note=fields.get("note", ""))
     except ValidationError:
         problem = "decide with one of the three buttons (the note has at most 2000 characters)"
         return error_page(user, HTTPException(400, problem))

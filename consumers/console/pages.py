@@ -104,9 +104,14 @@ def conversation_page(
         return error_page(user, exc)
     return render(
         "conversation.html",
-        **page_context(user, conn, "", page.summary["title"] or conversation_id),
-        **_timeline_links(
-            conversation_id, timeline, when, upto, _version(conn, user.tenant_id, conversation_id)
+        **page_context(
+            user,
+            conn,
+            "",
+            page.summary["title"] or conversation_id,
+            **_timeline_links(
+                conversation_id, timeline, when, upto, _version(conn, user.tenant_id, conversation_id)
+            ),
         ),
         page=page,
         timeline=timeline,

@@ -106,7 +106,7 @@ def console_state(request: Request) -> ConsoleState:
             SlidingWindow(api.console_sign_ins, api.auth_window_s),
         )
         found = store.setdefault("console", made)  # two first requests at once keep one state
-    return found  # type: ignore[no-any-return]
+    return found
 
 
 def current_user(request: Request) -> ConsoleUser | None:

@@ -96,7 +96,7 @@ def counts_by_status(conn: Connection, tenant_id: str | None = None) -> dict[str
     if tenant_id is not None:
         query = query.where(operations.c.tenant_id == tenant_id)
     counts = {s.value: 0 for s in OperationStatus}
-    counts.update(dict(conn.execute(query.group_by(operations.c.status)).all()))  # type: ignore[arg-type]
+    counts.update(dict(conn.execute(query.group_by(operations.c.status)).all()))
     return counts
 
 
@@ -135,7 +135,7 @@ def conversation_status(conn: Connection, conversation_id: str) -> dict[str, Any
         .group_by(operations.c.status)
     )
     counts = {s.value: 0 for s in OperationStatus}
-    counts.update(dict(conn.execute(query).all()))  # type: ignore[arg-type]
+    counts.update(dict(conn.execute(query).all()))
     if run is None and not any(counts.values()):
         return None
     tenant = run["tenant_id"] if run else _tenant_of_operations(conn, conversation_id)

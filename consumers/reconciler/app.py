@@ -19,7 +19,7 @@ from types import MappingProxyType
 from typing import Any
 
 import faust
-from aiokafka.structs import TopicPartition
+from aiokafka.structs import TopicPartition  # type: ignore[import-untyped]  # aiokafka ships no types
 
 from convdb.consumers.reconciler.core import Reconciler
 from convdb.consumers.reconciler.resolvers import Resolver, load_resolvers
@@ -27,7 +27,7 @@ from convdb.infra.capabilities import capabilities
 from convdb.infra.kafka import group_timeouts_ms
 from convdb.infra.procs import exit_after
 from convdb.infra.settings import Settings
-from convdb.schemas import make_codec
+from convdb.schemas import AvroModel, make_codec
 from convdb.schemas.topics import DLQ, EFFECTS, EVENTS, RECEIPTS, Topic
 
 logger = logging.getLogger(__name__)
@@ -37,7 +37,7 @@ APP_NAME = "reconciler"
 
 TABLE_NAME = "operations"
 
-CHANGELOG = Topic(
+CHANGELOG: Topic[AvroModel] = Topic(
     f"{APP_NAME}-{TABLE_NAME}-changelog",
     (),
     {"cleanup.policy": "compact"},
@@ -48,7 +48,7 @@ CHANGELOG = Topic(
 INPUTS = (EVENTS, EFFECTS, RECEIPTS)
 """Topics the reconciler's agent consumes."""
 
-_RAW: Mapping[str, str] = MappingProxyType({"key_serializer": "raw", "value_serializer": "raw"})
+_RAW: Mapping[str, Any] = MappingProxyType({"key_serializer": "raw", "value_serializer": "raw"})
 
 
 def faust_config(settings: Settings) -> dict[str, Any]:
@@ -91,7 +91,8 @@ async def commit_timer_output(app: faust.App, partitions: set[int]) -> None:
     first; the timer's transactions are then closed with the offsets already committed.
     """
     await app.consumer.commit()
-    committed = app.consumer._committed_offset  # noqa: SLF001 - faust has no public view of it
+    # faust has no public view of it (nor is it on faust's ConsumerT)
+    committed = app.consumer._committed_offset  # type: ignore[attr-defined]  # noqa: SLF001
     # aiokafka wants its own TopicPartition; faust keys restored offsets by its TP tuple.
     offsets = {
         TopicPartition(tp.topic, tp.partition): o

@@ -17,21 +17,21 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from convdb.consumers.dlq import error_headers
 from convdb.consumers.reconciler.metrics import ReconcilerMetrics
 from convdb.consumers.reconciler.resolvers import Resolver
 from convdb.infra import tracing
+from convdb.infra.dlq import error_headers
 from convdb.infra.ops import Health
 from convdb.infra.settings import Settings
 from convdb.projections import effects
 from convdb.projections.effects import LookupResult, OperationState
-from convdb.schemas import ActionEvent, Codec, LedgerRecord, ObservationEvent, Receipt
+from convdb.schemas import ActionEvent, AvroModel, Codec, LedgerRecord, ObservationEvent, Receipt
 from convdb.schemas.errors import InvalidRecordError, SchemaError
 from convdb.schemas.records import LEDGER_TYPES
 
 logger = logging.getLogger(__name__)
 
-INPUT_TYPES = (*LEDGER_TYPES, Receipt, ActionEvent, ObservationEvent)
+INPUT_TYPES: tuple[type[AvroModel], ...] = (*LEDGER_TYPES, Receipt, ActionEvent, ObservationEvent)
 """Record types the reconciler folds; other events on its topics are skipped after decoding."""
 
 RESEND_AFTER_S = 10.0

@@ -12,6 +12,7 @@ from sqlalchemy.engine import Connection
 from convdb.consumers._rows import from_micros, micros
 from convdb.consumers.base import Change, ConversationProjector, DigestOf, Fold, load_rows
 from convdb.projections import stats
+from convdb.schemas.events import EVENT_KINDS
 
 metadata = sa.MetaData()
 
@@ -100,7 +101,7 @@ def from_row(row: Mapping[str, Any]) -> stats.ConversationStats:
         conversation_id=row["conversation_id"],
         tenant_id=row["tenant_id"] or None,
         events=row["event_count"],
-        counts=tuple(counts.get(kind, 0) for kind in stats.EVENT_KINDS),
+        counts=tuple(counts.get(kind, 0) for kind in EVENT_KINDS),
         execution_status=row["execution_status"],
         first_timestamp=None if row["first_us"] is None else from_micros(row["first_us"]),
         last_timestamp=None if row["last_us"] is None else from_micros(row["last_us"]),

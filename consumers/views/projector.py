@@ -147,7 +147,7 @@ class ViewsConsumer(TableProjector):
     def _advance(self, conv: str, full: _Full, group: list[ConsumedRecord], start: int) -> None:
         for position, record in enumerate(group, start):
             full.positions[record.value.id] = position  # type: ignore[attr-defined]
-        full.state = view.fold_all(full.state, [r.value for r in group])
+        full.state = view.fold_all(full.state, [r.value for r in group])  # type: ignore[misc]
         self._remember(conv, full)
 
     def _remember(self, conv: str, full: _Full) -> None:

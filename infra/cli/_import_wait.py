@@ -17,6 +17,7 @@ from convdb.infra.dlq import ERROR_CLASS, ERROR_MESSAGE, ORIGINAL_OFFSET, ORIGIN
 from convdb.infra.kafka import common_config
 from convdb.infra.partitioner import partition_for
 from convdb.infra.reader import partition_extents, read_to_end
+from convdb.infra.records import header_items
 from convdb.infra.settings import Settings
 from convdb.schemas.topics import DLQ, INBOX
 
@@ -78,7 +79,7 @@ class InboxWatch:
         letters = defaultdict(list)
         for read in read_to_end(self.settings, starts, purpose="import-wait").values():
             for msg in read.records:
-                headers = {k: (v or b"").decode(errors="replace") for k, v in msg.headers() or []}
+                headers = {k: (v or b"").decode(errors="replace") for k, v in header_items(msg)}
                 if headers.get(ORIGINAL_TOPIC) != self.inbox:
                     continue
                 at = (int(headers.get(ORIGINAL_PARTITION, -1)), int(headers.get(ORIGINAL_OFFSET, -1)))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+from datetime import datetime
 
 from convdb.consumers.archive import audit
 from convdb.consumers.archive.errors import StoreUrlError
@@ -84,7 +85,7 @@ def _show(args: argparse.Namespace) -> int:
     return 0
 
 
-def _point(text: str) -> tuple[object, int | None]:
+def _point(text: str) -> tuple[datetime | None, int | None]:
     if text.isascii() and text.isdigit():
         if len(text) > 19 or int(text) > MAX_INT64:
             raise UsageError(f"--at offset {text[:30]} is beyond the largest Kafka offset")

@@ -78,6 +78,6 @@ def _export_openhands(args: argparse.Namespace) -> int:
     if re.fullmatch(r"[0-9a-fA-F]{32}", cid):
         cid = str(uuid.UUID(cid))  # an OpenHands id as its directory spells it
     found = trajectory(load_settings(), cid, args.source)
-    path = write_conversation(root, to_openhands(cid, found.events))  # type: ignore[arg-type]
+    path = write_conversation(root, to_openhands(cid, found.events))
     print(f"{cid}: {path}")
     return 0

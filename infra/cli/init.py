@@ -15,7 +15,7 @@ from convdb.infra.settings import Settings
 from convdb.schemas.topics import ALL_TOPICS
 
 
-def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def register(sub: argparse._SubParsersAction) -> None:
     """Add the `init` command."""
     p = sub.add_parser(
         "init",
@@ -55,7 +55,7 @@ def ensure_archive(settings: Settings) -> str:
         raise InfraError(
             f"archive URL {settings.archive_url!r} is neither s3://bucket/prefix nor file:///dir"
         )
-    from botocore.exceptions import BotoCoreError, ClientError
+    from botocore.exceptions import BotoCoreError, ClientError  # type: ignore[import-untyped]
 
     client = s3_client(settings.s3)
     try:

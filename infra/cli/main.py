@@ -98,7 +98,7 @@ def main(argv: list[str] | None = None) -> int:
         late is None or len(extra) != 1 or getattr(args, late) is not None or extra[0].startswith("-")
     ):
         parser.error(f"unrecognized arguments: {' '.join(extra)}")
-    if extra:
+    if extra and late is not None:  # else the parser exited above
         setattr(args, late, extra[0])
     try:
         ops = Settings().ops

@@ -68,7 +68,7 @@ class Found:
     """Event files after a gap in the index (the SDK does not read them either)."""
 
 
-def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def register(sub: argparse._SubParsersAction) -> None:
     """Add the `import` command."""
     p = sub.add_parser("import", help="import conversations from another system (OpenHands)")
     p.add_argument("system", choices=("openhands",), help="where the conversations come from")

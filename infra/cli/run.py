@@ -37,7 +37,7 @@ RUN_TIMEOUT_S = 900.0
 """How long `convdb run` waits for its conversation to reach a stop status."""
 
 
-def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def register(sub: argparse._SubParsersAction) -> None:
     """Add the `run` command."""
     p = sub.add_parser("run", help="run one conversation to a stop state and print its events")
     p.add_argument("task", help="the user's message")

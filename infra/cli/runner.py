@@ -14,7 +14,7 @@ from convdb.infra.connection import load_settings
 from convdb.producers.fleet.service import build_context, serve
 
 
-def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def register(sub: argparse._SubParsersAction) -> None:
     """Add the `runner` command."""
     p = sub.add_parser(
         "runner", help="run a fleet runner: owns inbox partitions and runs their conversations"

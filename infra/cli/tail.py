@@ -14,6 +14,7 @@ from convdb.infra import dlq
 from convdb.infra.cli._common import conversation_id, iso_timestamp, non_negative, positive, require_broker
 from convdb.infra.connection import load_settings
 from convdb.infra.reader import read_topic
+from convdb.infra.records import coordinates, header_items
 from convdb.schemas import AvroModel, Codec, make_codec
 from convdb.schemas.errors import SchemaError
 from convdb.schemas.topics import ALL_TOPICS, DLQ
@@ -63,7 +64,7 @@ def _tail(args: argparse.Namespace) -> int:
                 break
             continue
         try:
-            record = codec.decode(msg.value(), expect=topic.value_types)
+            record = codec.decode(msg.value() or b"", expect=topic.value_types)
         except SchemaError as exc:
             print(f"{msg.topic()}[{msg.partition()}]@{msg.offset()}: undecodable: {exc}", file=sys.stderr)
             continue
@@ -72,7 +73,8 @@ def _tail(args: argparse.Namespace) -> int:
         if args.format == "json":
             print(json.dumps(record.model_dump(mode="json")), flush=False)
         else:
-            print(_pretty(msg.partition(), msg.offset(), record))
+            _, partition, offset = coordinates(msg)
+            print(_pretty(partition, offset, record))
         shown += 1
         if args.limit and shown >= args.limit:
             break
@@ -97,7 +99,7 @@ def dead_letter(codec: Codec, msg: Message) -> dict[str, Any]:
     The value is shown decoded when it is a record convdb can read (refused for its content),
     else as base64 (refused because it could not be decoded).
     """
-    headers = {k: (v or b"").decode(errors="replace") for k, v in (msg.headers() or ())}
+    headers = {k: (v or b"").decode(errors="replace") for k, v in header_items(msg)}
     value = msg.value() or b""
     letter: dict[str, Any] = {
         "partition": msg.partition(),

@@ -21,6 +21,7 @@ from convdb.infra.dlq import error_headers
 from convdb.infra.limits import HEADROOM, record_limit
 from convdb.infra.logs import log_context
 from convdb.infra.partitioner import partition_for
+from convdb.infra.records import coordinates
 from convdb.producers.errors import MisplacedRecordError, RecordFailedError, RecordTooLargeError
 from convdb.producers.fleet.batch import InboxBatch
 from convdb.producers.fleet.limits import fit_dead_letter, record_fault, too_large
@@ -80,19 +81,20 @@ class Intake:
             if record is not None:
                 self._commit(batch)
                 self._run(msg, record)
-            elif self.careful.get(partition, -1) >= msg.offset():
+            elif self.careful.get(partition, -1) >= coordinates(msg)[2]:
                 self._commit(batch)
         self._commit(batch)
-        if msgs and self.careful.get(partition, -1) <= msgs[-1].offset():
+        if msgs and self.careful.get(partition, -1) <= coordinates(msgs[-1])[2]:
             self.careful.pop(partition, None)
 
     def _stage(self, batch: InboxBatch, msg: Message) -> InboxMessage | None:
         """Stage an OpenHands payload or a dead letter in `batch`; a user message or command to run."""
-        fault = self.faults.pop((msg.partition(), msg.offset()), None)
+        _, partition, offset = coordinates(msg)
+        fault = self.faults.pop((partition, offset), None)
         if fault is not None:
             # Refused by the broker as too large, its dead letter may be too: it goes without value.
             bare = isinstance(fault, RecordTooLargeError)
-            batch.dead_letter(self._dead_letter(msg, fault, bare=bare), msg.offset() + 1)
+            batch.dead_letter(self._dead_letter(msg, fault, bare=bare), offset + 1)
             return None
         try:
             record = self._decode(msg)
@@ -102,12 +104,12 @@ class Intake:
                 log_context(conversation_id=record.conversation_id, tenant_id=record.tenant_id),
                 tracing.traced(msg.headers(), "runner external", **tracing.record_attributes(msg)),
             ):
-                batch.external(record, msg.offset() + 1)
+                batch.external(record, offset + 1)
         except ConvdbError as exc:
-            batch.dead_letter(self._dead_letter(msg, exc), msg.offset() + 1)
+            batch.dead_letter(self._dead_letter(msg, exc), offset + 1)
         except Exception as exc:  # noqa: BLE001 - staging changes nothing until it succeeds
-            fault = self._fault(msg.partition(), msg.offset(), exc)
-            batch.dead_letter(self._dead_letter(msg, fault), msg.offset() + 1)
+            fault = self._fault(partition, offset, exc)
+            batch.dead_letter(self._dead_letter(msg, fault), offset + 1)
         return None
 
     def _decode(self, msg: Message) -> InboxMessage | ExternalBatch:
@@ -119,15 +121,16 @@ class Intake:
             RecordTooLargeError: a user message too large for the event it becomes.
             SchemaError: it does not decode to an inbox record.
         """
-        where = f"{msg.topic()}[{msg.partition()}]@{msg.offset()}"
+        topic, partition, offset = coordinates(msg)
+        where = f"{topic}[{partition}]@{offset}"
         key = (msg.key() or b"").decode(errors="replace")
         home = partition_for(key, self.ctx.settings.partitions)
-        if home != msg.partition():
+        if home != partition:
             raise MisplacedRecordError(
-                f"{where}: key {shown(key)} maps to partition {home}, not {msg.partition()} (was it "
+                f"{where}: key {shown(key)} maps to partition {home}, not {partition} (was it "
                 "produced with another partitioner than murmur2_random?)"
             )
-        record = self.ctx.codec.decode(msg.value(), expect=(InboxMessage, ExternalBatch))
+        record = self.ctx.codec.decode(msg.value() or b"", expect=(InboxMessage, ExternalBatch))
         if not isinstance(record, (InboxMessage, ExternalBatch)):
             raise SchemaError(f"{where}: expected an inbox record, got {type(record).__name__}")
         if record.conversation_id != key:
@@ -135,10 +138,10 @@ class Intake:
                 f"{where}: keyed {shown(key)}, but its conversation is {shown(record.conversation_id)}"
             )
         size = len(msg.value() or b"") + HEADROOM
-        if isinstance(record, InboxMessage) and size > self.owners[msg.partition()].record_limit:
+        if isinstance(record, InboxMessage) and size > self.owners[partition].record_limit:
             raise RecordTooLargeError(
                 f"{where}: a {size}-byte message does not fit in an event the runner may write "
-                f"(at most {self.owners[msg.partition()].record_limit} bytes)"
+                f"(at most {self.owners[partition].record_limit} bytes)"
             )
         return record
 
@@ -163,7 +166,8 @@ class Intake:
             self.handle(msg, record)
         except Exception as exc:
             if record_fault(exc):
-                self.faults[(msg.partition(), msg.offset())] = self._fault(msg.partition(), msg.offset(), exc)
+                _, partition, offset = coordinates(msg)
+                self.faults[(partition, offset)] = self._fault(partition, offset, exc)
             raise
 
     def _fault(self, partition: int, offset: int, exc: BaseException) -> ConvdbError:
@@ -185,15 +189,16 @@ class Intake:
         A record that its conversation refuses (`PartitionOwner.admit`) goes to the DLQ with its
         offset: one transaction, so it is dead-lettered exactly once.
         """
-        owner = self.owners[msg.partition()]
+        _, partition, offset = coordinates(msg)
+        owner = self.owners[partition]
         try:
             conv = owner.admit(record)
         except ConvdbError as exc:
-            owner.sink.attach_offset(msg.offset() + 1)
+            owner.sink.attach_offset(offset + 1)
             owner.sink.dead_letter(*self._dead_letter(msg, exc))
             return
-        conv.positions.inbox_offset = msg.offset() + 1
-        owner.sink.attach_offset(msg.offset() + 1, record.id if record.command == "message" else None)
+        conv.positions.inbox_offset = offset + 1
+        owner.sink.attach_offset(offset + 1, record.id if record.command == "message" else None)
         self.ctx.metrics.inbox.inc()
         # The inbox record's trace (the API request that wrote it) continues through the run.
         with (
@@ -208,20 +213,19 @@ class Intake:
     def _dead_letter(self, msg: Message, exc: ConvdbError, *, bare: bool = False) -> RawRecord:
         """Count and log a refused inbox record; its dead letter (DLQ topic, key, value, headers),
         without the value when `bare` or when it would not fit (`limits.fit_dead_letter`)."""
-        logger.error(
-            "%s[%d]@%d: inbox record to the DLQ: %s", msg.topic(), msg.partition(), msg.offset(), exc
-        )
+        topic, partition, offset = coordinates(msg)
+        logger.error("%s[%d]@%d: inbox record to the DLQ: %s", topic, partition, offset, exc)
         # Visible to operators and tests: a record refused (a cross-tenant write attempt, ...).
         self.refused += 1
         self.emit(
             "refused",
-            partition=msg.partition(),
-            offset=msg.offset(),
+            partition=partition,
+            offset=offset,
             error=type(exc).__name__,
             reason=str(exc),
         )
         self.ctx.metrics.refused.labels(refusal_reason(exc)).inc()
-        headers = error_headers("runner", msg.topic(), msg.partition(), msg.offset(), exc)
+        headers = error_headers("runner", topic, partition, offset, exc)
         record = (DLQ.name(self.ctx.settings.namespace), msg.key(), msg.value() or b"", headers)
         return fit_dead_letter(record, 0 if bare else record_limit(self.ctx.settings))
 

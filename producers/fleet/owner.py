@@ -15,6 +15,7 @@ from confluent_kafka import Consumer
 from convdb.infra.dlq import error_headers
 from convdb.infra.limits import record_limit
 from convdb.infra.partitioner import partition_for
+from convdb.infra.producer import Delivery
 from convdb.infra.settings import Settings
 from convdb.producers.conversation import Conversation
 from convdb.producers.fleet import external
@@ -25,7 +26,7 @@ from convdb.producers.fleet.snapshot import build_snapshot
 from convdb.producers.fleet.store import SnapshotStore
 from convdb.producers.observe import RunnerMetrics
 from convdb.producers.positions import LogPositions
-from convdb.producers.publisher import Delivery, TransactionalPublisher
+from convdb.producers.publisher import TransactionalPublisher
 from convdb.producers.runtime import Runtime
 from convdb.producers.state import ConversationState
 from convdb.projections.errors import UnknownEventError

@@ -23,6 +23,7 @@ from typing import Any
 from confluent_kafka import Message, TopicPartition
 
 from convdb.infra.reader import read_to_end
+from convdb.infra.records import coordinates
 from convdb.infra.settings import Settings
 from convdb.producers.fleet.snapshot import restored_positions, restored_state
 from convdb.producers.fleet.store import SnapshotStore
@@ -92,7 +93,7 @@ def _snapshots(
     }
     for msg in found[topic]:
         key = (msg.key() or b"").decode(errors="replace")
-        candidates.setdefault(key, []).append((msg.offset(), msg.value() or b"", True))
+        candidates.setdefault(key, []).append((coordinates(msg)[2], msg.value() or b"", True))
     tail.state_read = len(found[topic])
     tail.source = "changelog" if found[topic] else ("local" if stored.snapshots else "none")
     newest: dict[str, tuple[int, bytes]] = {}
@@ -135,9 +136,9 @@ def restore_partition(
     newest, lost = _snapshots(settings, codec, store, partition, tail)
     events_from = max(newest.partition_events_offset, 0) if newest and not lost else 0
     effects_from = max(newest.partition_effects_offset, 0) if newest else 0
-    for snap in tail.snapshots.values():
-        if not snap.view_complete:
-            events_from = min(events_from, max(snap.first_events_offset, 0))
+    for snapshot in tail.snapshots.values():
+        if not snapshot.view_complete:
+            events_from = min(events_from, max(snapshot.first_events_offset, 0))
     events, effects = EVENTS.name(settings.namespace), EFFECTS.name(settings.namespace)
     found, ends = _read(
         settings,
@@ -151,13 +152,15 @@ def restore_partition(
         floor = (
             -1 if snap is None else (snap.events_offset if snap.view_complete else snap.first_events_offset)
         )
-        if msg.offset() >= floor:
-            tail.events.setdefault(cid, []).append((msg.offset(), msg.value() or b""))
+        _, _, offset = coordinates(msg)
+        if offset >= floor:
+            tail.events.setdefault(cid, []).append((offset, msg.value() or b""))
     for msg in found[effects]:
         cid = (msg.key() or b"").decode(errors="replace")
         snap = tail.snapshots.get(cid)
-        if snap is None or msg.offset() >= snap.effects_offset:
-            tail.ledger.setdefault(cid, []).append((msg.offset(), msg.value() or b""))
+        _, _, offset = coordinates(msg)
+        if snap is None or offset >= snap.effects_offset:
+            tail.ledger.setdefault(cid, []).append((offset, msg.value() or b""))
     tail.seconds = time.perf_counter() - started
     return tail
 

@@ -16,6 +16,7 @@ import signal
 import sys
 import time
 from collections.abc import Callable
+from functools import partial
 from typing import Any, TextIO
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
@@ -25,6 +26,7 @@ from convdb.infra.kafka import group_timeouts_ms, make_consumer
 from convdb.infra.liveness import AssignmentWatch
 from convdb.infra.logs import log_context
 from convdb.infra.ops import Health
+from convdb.infra.records import coordinates
 from convdb.producers.conversation import Conversation
 from convdb.producers.crashpoints import CrashPoints
 from convdb.producers.errors import (
@@ -359,17 +361,17 @@ class FleetRunner:
         generation = self._generation
         by_partition: dict[int, list[Message]] = {}
         for msg in msgs:
-            if msg.error() is not None:
-                self._transport_error(msg)
+            err = msg.error()
+            if err is not None:
+                self._transport_error(err)
             else:
-                by_partition.setdefault(msg.partition(), []).append(msg)
+                by_partition.setdefault(coordinates(msg)[1], []).append(msg)
         for partition, records in by_partition.items():
             if generation != self._generation:
                 return
-            self._guarded(partition, lambda p=partition, r=records: self.intake.handle_partition(p, r))
+            self._guarded(partition, partial(self.intake.handle_partition, partition, records))
 
-    def _transport_error(self, msg: Message) -> None:
-        err = msg.error()
+    def _transport_error(self, err: KafkaError) -> None:
         if err.code() == KafkaError._PARTITION_EOF or err.retriable():
             return
         logger.error("inbox consumer error: %s", err.str())

@@ -9,10 +9,12 @@ payloads, dead letters) share one transaction, with the offset after the last of
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from typing import Any
 
 from confluent_kafka import Consumer, TopicPartition
 
-from convdb.producers.publisher import Delivery, RawRecord, TransactionalPublisher
+from convdb.infra.producer import Delivery
+from convdb.producers.publisher import RawRecord, TransactionalPublisher
 from convdb.schemas import AvroModel, EventEnvelope
 from convdb.schemas.topics import Topic
 
@@ -41,7 +43,7 @@ class PartitionSink:
         """True while an attached inbox offset is not committed yet."""
         return self._offset is not None
 
-    def _offsets_for(self, records: Sequence[tuple[Topic, AvroModel]]) -> list[TopicPartition] | None:
+    def _offsets_for(self, records: Sequence[tuple[Topic[Any], AvroModel]]) -> list[TopicPartition] | None:
         if self._offset is None or self.consumer is None:
             return None
         if self._event_id is not None and not any(
@@ -50,10 +52,10 @@ class PartitionSink:
             return None
         return [TopicPartition(self.inbox_topic, self.partition, self._offset)]
 
-    def write(self, records: Sequence[tuple[Topic, AvroModel]]) -> list[Delivery]:
+    def write(self, records: Sequence[tuple[Topic[Any], AvroModel]]) -> list[Delivery]:
         """One transaction; raises `FencedError` when a newer runner owns the partition."""
         offsets = self._offsets_for(records)
-        metadata = self.consumer.consumer_group_metadata() if offsets else None
+        metadata = self.consumer.consumer_group_metadata() if offsets and self.consumer else None
         deliveries = self.publisher.publish_atomic(list(records), offsets, metadata)
         self.commits += 1
         if offsets:
@@ -69,7 +71,7 @@ class PartitionSink:
 
     def write_batch(
         self,
-        records: Sequence[tuple[Topic, AvroModel]],
+        records: Sequence[tuple[Topic[Any], AvroModel]],
         raw: Sequence[RawRecord],
         next_offset: int,
         before_commit: Callable[[], object] | None = None,

@@ -19,6 +19,7 @@ from convdb.producers.state import ConversationState, fold, initial
 from convdb.projections.errors import ProjectionError
 from convdb.projections.view import ViewState
 from convdb.schemas import Codec, CondensationEvent, Event, ForkEvent, LedgerRecord, Snapshot
+from convdb.schemas.topics import EVENTS
 
 MAX_VIEW_BYTES = 512 * 1024
 """Above this the view is left out of the snapshot (records stay under librdkafka's 1 MB limit)."""
@@ -49,8 +50,8 @@ def view_fields(state: ViewState, codec: Codec, max_bytes: int = MAX_VIEW_BYTES)
 
 def view_from_snapshot(snapshot: Snapshot, codec: Codec) -> ViewState:
     """The view a `view_complete` snapshot describes (events off the stored path are absent)."""
-    visible: list[Event] = [codec.decode(b) for b in snapshot.view_events]  # type: ignore[misc]
-    extra: list[Event] = [codec.decode(b) for b in snapshot.path_events]  # type: ignore[misc]
+    visible: list[Event] = [codec.decode(b, expect=EVENTS.value_types) for b in snapshot.view_events]
+    extra: list[Event] = [codec.decode(b, expect=EVENTS.value_types) for b in snapshot.path_events]
     by_id = {e.id: e for e in (*visible, *extra)}
     visible_vector = pvector(visible)
     if snapshot.path_ids:

@@ -40,7 +40,7 @@ from convdb.producers.fleet.service import build_context
 from convdb.producers.status import STOP_STATUSES
 
 
-def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def register(sub: argparse._SubParsersAction) -> None:
     """Add the `demo` command."""
     p = sub.add_parser("demo", help="run scripted conversations with side effects and print a summary")
     p.add_argument(
@@ -71,7 +71,9 @@ def run_conversations(settings: Settings, count: int, tracker_url: str, run_dir:
     convs = [c for cid, c in runner.at_exit.items() if cid in ids]
     steps = sum(c.stats.steps for c in convs)
     overhead = sum(c.stats.overhead_ms - c.stats.step_publish_ms for c in convs) / steps if steps else 0.0
-    statuses = {cid: runner.at_exit[cid].status if cid in runner.at_exit else "idle" for cid in ids}
+    statuses: dict[str, str] = {
+        cid: runner.at_exit[cid].status if cid in runner.at_exit else "idle" for cid in ids
+    }
     parts = DemoParts(settings, ids, statuses, step_overhead_ms=overhead)
     parts.events, parts.ledger = read_back(settings, ctx.codec, set(ids))
     parts.seconds = time.monotonic() - started

@@ -79,7 +79,7 @@ def _wait_until_stopped(settings: Settings, codec: Codec, ids: set[str], deadlin
     while True:
         for msg in read_topic(settings, EVENTS.name(settings.namespace)):
             if (msg.key() or b"").decode() in ids:
-                event = codec.decode(msg.value(), expect=EVENTS.value_types)
+                event = codec.decode(msg.value() or b"", expect=EVENTS.value_types)
                 if isinstance(event, StateUpdateEvent):
                     statuses[event.conversation_id] = event.execution_status
         if len(statuses) == len(ids) and all(s in STOP_STATUSES for s in statuses.values()):

@@ -102,7 +102,7 @@ def read_back(settings: Settings, codec: Codec, ids: set[str]) -> tuple[list[Any
         records = read_topic(settings, topic.name(settings.namespace))
         out.append(
             [
-                codec.decode(m.value(), expect=topic.value_types)
+                codec.decode(m.value() or b"", expect=topic.value_types)
                 for m in records
                 if (m.key() or b"").decode() in ids
             ]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import subprocess
 import sys
 import urllib.request
 from pathlib import Path
@@ -19,7 +20,7 @@ class ProviderProcess:
         self.port = free_port()
         self.receipts_url = receipts_url
         self.secret = secret
-        self.proc = None
+        self.proc: subprocess.Popen[bytes] | None = None
 
     @property
     def url(self) -> str:
