@@ -13,10 +13,8 @@ from collections.abc import Sequence
 from typing import NamedTuple
 
 from convdb.projections._sequence import ANNOTATION_SEQ
-from convdb.projections.view import ViewState
+from convdb.projections.view import ViewState, is_plain_append
 from convdb.schemas.events import Event
-
-_OFF_TAIL_KINDS = frozenset({"active_leaf_changed", "fork", "condensation"})
 
 
 class Tip(NamedTuple):
@@ -65,8 +63,7 @@ def extend_tip(start: Tip, events: Sequence[Event]) -> Tip | None:
         seen.add(event.id)
         if event.seq == ANNOTATION_SEQ:
             count += 1
-        elif event.seq == last_seq + 1 and event.parent_id == leaf and event.kind not in _OFF_TAIL_KINDS:
-            # On the active leaf, or the first root of an empty tree (no leaf, no parent).
+        elif event.seq == last_seq + 1 and is_plain_append(event, leaf):
             last_seq, leaf, count, length = event.seq, event.id, count + 1, length + 1
         else:
             return None
