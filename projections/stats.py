@@ -205,6 +205,21 @@ _STEPS: dict[str, Callable[[_Figures, Any], None]] = {
 }
 """What an event of each kind adds beyond its count (every kind is counted in `counts`)."""
 
+COUNTED_ONLY = frozenset(
+    {
+        "system_prompt",
+        "message",
+        "user_reject",
+        "condensation",
+        "pause",
+        "fork",
+        "active_leaf_changed",
+        "title",
+        "external",
+    }
+)
+"""Kinds that add nothing but their count (each kind has a step in `_STEPS` or is here)."""
+
 _KINDS = {kind: (i, _STEPS.get(kind)) for i, kind in enumerate(EVENT_KINDS)}
 """Per kind, its place in `counts` and its step (one lookup per event)."""
 
@@ -225,16 +240,20 @@ def _float_sum(total: float, value: float) -> float:
 
 
 def as_row(state: ConversationStats) -> dict[str, Any]:
-    """The statistics as a flat JSON-able mapping (usage figures at the top, timestamps as ISO text)."""
-    row: dict[str, Any] = {}
-    for name, value in zip(state._fields, state, strict=True):
-        if name == "usage":
-            row.update(value._asdict())
-        elif name == "counts":
-            row[name] = state.counts_by_kind
-        elif name in ("first_timestamp", "last_timestamp"):
-            row[name] = None if value is None else value.isoformat()
-        elif name != "annotations":
-            row[name] = value
-    row["duration_s"] = state.duration_s
-    return row
+    """The statistics as a flat JSON-able mapping (the usage figures inline, timestamps as ISO text)."""
+    first, last = state.first_timestamp, state.last_timestamp
+    return {
+        "conversation_id": state.conversation_id,
+        "tenant_id": state.tenant_id,
+        "last_seq": state.last_seq,
+        "events": state.events,
+        "counts": state.counts_by_kind,
+        **state.usage._asdict(),
+        "tool_calls": state.tool_calls,
+        "errors": state.errors,
+        "execution_status": state.execution_status,
+        "first_timestamp": None if first is None else first.isoformat(),
+        "last_timestamp": None if last is None else last.isoformat(),
+        "last_id": state.last_id,
+        "duration_s": state.duration_s,
+    }
