@@ -75,11 +75,12 @@ def fold(state: ViewState, event: Event) -> ViewState:
         UnknownEventError: the parent or the new active leaf is not a node of this tree.
     """
     owner, known = state.tenant_id, state.events
+    # The common case of `admit` (the next seq, this conversation, its owner's tenant) inline.
     if (
         event.seq != state.last_seq + 1
         or event.conversation_id != state.conversation_id
         or (owner is not None and event.tenant_id != owner)
-    ):  # not the common case of `admit`, inline
+    ):
         if not admit(state.conversation_id, owner, state.last_seq, event, seen=known, known=known):
             return state
         if event.seq == ANNOTATION_SEQ:
