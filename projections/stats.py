@@ -119,14 +119,15 @@ def fold_all(state: ConversationStats, events: Iterable[Event]) -> ConversationS
         seq = event.seq
         if seq == last_seq + 1 and event.conversation_id == conv and event.tenant_id == tenant:
             last_seq, last_id = seq, event.id  # the common case of `admit`, inline
-        elif not admit(conv, tenant, last_seq, event, seen=annotations, last_id=last_id):
-            continue
-        elif seq == ANNOTATION_SEQ:
-            annotations = annotations | {event.id}
         else:
-            last_seq, last_id = seq, event.id
+            if not admit(conv, tenant, last_seq, event, seen=annotations, last_id=last_id):
+                continue
+            if seq == ANNOTATION_SEQ:
+                annotations = annotations | {event.id}
+            else:
+                last_seq, last_id = seq, event.id
+            tenant = tenant or event.tenant_id
         kind, moment = event.kind, event.timestamp
-        tenant = tenant or event.tenant_id
         count += 1
         i, step = kinds[kind]
         counts[i] += 1
