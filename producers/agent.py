@@ -20,6 +20,8 @@ from convdb.schemas import (
     EventEnvelope,
     LLMUsageEvent,
     MessageEvent,
+    ObservationEvent,
+    UserRejectEvent,
 )
 from convdb.schemas._types import EffectClass, SecurityRisk
 
@@ -95,11 +97,28 @@ class Condenser(Frozen):
             return ()
         # Forget half the overflowing middle at once so condensations stay rare.
         keep_tail = self.max_events // 2
-        middle = view[self.keep_first : len(view) - keep_tail]
-        # Never split an action from its observation: cut after a non-action event.
-        while middle and isinstance(middle[-1], ActionEvent):
-            middle = middle[:-1]
-        return tuple(e.id for e in middle)
+        cut = _unsplit_cut(view, self.keep_first, len(view) - keep_tail)
+        return tuple(e.id for e in view[self.keep_first : cut])
+
+
+def _unsplit_cut(view: Sequence[Event], start: int, cut: int) -> int:
+    """`cut`, moved back so that forgetting `view[start:cut]` splits no action from its answer.
+
+    The answer (an `ObservationEvent`, or the user's `UserRejectEvent`) is found by `action_id`,
+    wherever it is: other events may come between an action and its answer. An action forgotten
+    without an answer in the view leaves nothing behind.
+    """
+    answered_at = {
+        e.action_id: i
+        for i, e in enumerate(view[start:], start)
+        if isinstance(e, ObservationEvent | UserRejectEvent)
+    }
+    # Backwards, so that moving the cut before one action also checks the actions before it.
+    for i in range(cut - 1, start - 1, -1):
+        event = view[i]
+        if isinstance(event, ActionEvent) and answered_at.get(event.id, -1) >= cut:
+            cut = i
+    return cut
 
 
 class Agent(Frozen):

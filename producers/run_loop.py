@@ -5,7 +5,7 @@ from __future__ import annotations
 import threading
 import time
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 
 from convdb.infra import tracing
 from convdb.producers._stats import RunStats
@@ -159,6 +159,22 @@ class RunLoop:
         errors = tuple(e.error for e in events if isinstance(e, AgentErrorEvent))
         if not actions and not errors:
             return object()
-        recent = self.writer.state.view.log[-(2 * len(actions) + 4) :]
-        seen = sorted(e.content for e in recent if isinstance(e, ObservationEvent) and e.action_id in actions)
+        seen = sorted(e.content for e in observations_of(self.writer.state.view.log, actions))
         return (tuple(sorted(actions.values())), errors, tuple(seen))
+
+
+def observations_of(log: Sequence[Event], action_ids: Collection[str]) -> list[ObservationEvent]:
+    """The observations in `log` of these actions (by `action_id`), newest first.
+
+    An observation follows its action, whatever else the log holds between them, so the log is
+    read backwards only down to the earliest of the actions: the step's tail, not the conversation.
+    """
+    found: list[ObservationEvent] = []
+    pending = set(action_ids)
+    for event in reversed(log):
+        if not pending:
+            break
+        if isinstance(event, ObservationEvent) and event.action_id in action_ids:
+            found.append(event)
+        pending.discard(event.id)
+    return found

@@ -41,6 +41,32 @@ def check_member(conversation_id: str, owner: str | None, event: Event) -> None:
             raise TenantMismatchError(f"event {event.id[:80]!r} (seq {event.seq}): {reason}")
 
 
+def admit(
+    conversation_id: str,
+    owner: str | None,
+    last_seq: int,
+    event: Event,
+    *,
+    seen: Container[str],
+    last_id: str | None = None,
+    known: Container[str] | None = None,
+) -> bool:
+    """The prologue of every fold: True to fold `event`, False for a redelivery (fold nothing).
+
+    An annotation (seq 0) is folded unless its id is in `seen` (the annotations folded so far);
+    a chain event when it is the next one (`is_next`, with `last_id` and `known`). Folds inline
+    the common case (the next seq, this conversation, its owner's tenant) before calling this.
+
+    Raises:
+        ConversationMismatchError, TenantMismatchError, SequenceGapError, SequenceConflictError:
+            see `is_next`.
+    """
+    if event.seq == ANNOTATION_SEQ:
+        check_member(conversation_id, owner, event)
+        return event.id not in seen
+    return is_next(conversation_id, last_seq, event, owner=owner, last_id=last_id, known=known)
+
+
 def is_next(
     conversation_id: str,
     last_seq: int,

@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Container
 from typing import NamedTuple
 
-from convdb.projections._sequence import ANNOTATION_SEQ, check_member, is_next
+from convdb.projections._sequence import ANNOTATION_SEQ, admit, check_member
 from convdb.schemas.events import Event
 
 
@@ -44,14 +44,13 @@ def fold(state: Chain, event: Event, known: Container[str] | None = None) -> Cha
 
     Raises:
         ConversationMismatchError, TenantMismatchError, SequenceConflictError: see
-            `_sequence.is_next`.
+            `_sequence.admit`.
     """
-    if event.seq == ANNOTATION_SEQ:
-        check_member(state.conversation_id, state.tenant_id, event)
-        return state if state.tenant_id is not None else state._replace(tenant_id=event.tenant_id)
     conv, owner, last_seq, last_id = state
     if event.seq > last_seq + 1:
         check_member(conv, owner, event)
-    elif not is_next(conv, last_seq, event, owner=owner, last_id=last_id, known=known):
+    elif not admit(conv, owner, last_seq, event, seen=(), last_id=last_id, known=known):
         return None
-    return Chain(state.conversation_id, state.tenant_id or event.tenant_id, event.seq, event.id)
+    if event.seq == ANNOTATION_SEQ:
+        return state if owner is not None else state._replace(tenant_id=event.tenant_id)
+    return Chain(conv, owner or event.tenant_id, event.seq, event.id)

@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Literal, NamedTuple
 
-from convdb.projections._sequence import ANNOTATION_SEQ, check_member, is_next
+from convdb.projections._sequence import ANNOTATION_SEQ, admit
 from convdb.projections._text import shorten
 from convdb.schemas._types import TitleOrigin
 from convdb.schemas.events import Event
@@ -64,15 +64,14 @@ def fold(state: TitleProcessor, event: Event) -> TitleProcessor:
         TenantMismatchError: the event names another tenant than the conversation's first event.
     """
     owner = state.tenant_id
-    if event.seq == ANNOTATION_SEQ:
-        check_member(state.conversation_id, owner, event)
-        if event.id in state.annotations:
-            return state
-        state = state._replace(annotations=state.annotations | {event.id})
-    elif is_next(state.conversation_id, state.last_seq, event, owner=owner, last_id=state.last_id):
-        state = state._replace(last_seq=event.seq, last_id=event.id)
-    else:
+    if not admit(
+        state.conversation_id, owner, state.last_seq, event, seen=state.annotations, last_id=state.last_id
+    ):
         return state
+    if event.seq == ANNOTATION_SEQ:
+        state = state._replace(annotations=state.annotations | {event.id})
+    else:
+        state = state._replace(last_seq=event.seq, last_id=event.id)
     if owner is None:
         state = state._replace(tenant_id=event.tenant_id)
     match event.kind:

@@ -13,10 +13,8 @@ from collections.abc import Sequence
 from typing import NamedTuple
 
 from convdb.projections._sequence import ANNOTATION_SEQ
-from convdb.projections.view import ViewState
+from convdb.projections.view import ViewState, is_plain_append
 from convdb.schemas.events import Event
-
-_OFF_TAIL_KINDS = frozenset({"active_leaf_changed", "fork", "condensation"})
 
 
 class Tip(NamedTuple):
@@ -47,10 +45,10 @@ def tip(state: ViewState) -> Tip:
 def extend_tip(start: Tip, events: Sequence[Event]) -> Tip | None:
     """`tip(view.fold_all(state, events))` for any `state` whose tip is `start`, or None.
 
-    None unless every event is either the next chain event parented on the active leaf (or
-    the first root, when there is no leaf yet), not a switch, fork or condensation, or an
-    annotation (seq 0), all of this conversation and of its tenant (the first event's): then the
-    caller folds the full state, which refuses what the log does not allow (`view.fold`).
+    None unless every event is either the next chain event and a plain append
+    (`view.is_plain_append`) or an annotation (seq 0), all of this conversation and of its tenant
+    (the first event's): then the caller folds the full state, which refuses what the log does
+    not allow (`view.fold`).
     Precondition, which a tip cannot check in general: no event id is already in the view (ids
     are UUIDs from one writer). An id repeated within `events`, or equal to the active leaf's
     (a retried event given the next seq), is checked here.
@@ -58,16 +56,16 @@ def extend_tip(start: Tip, events: Sequence[Event]) -> Tip | None:
     conv, tenant, last_seq, count, leaf, length = start
     seen: set[str] = set() if leaf is None else {leaf}
     for event in events:
-        if event.conversation_id != conv or event.id in seen:
+        event_id, seq = event.id, event.seq
+        if event.conversation_id != conv or event_id in seen:
             return None
         if tenant is not None and event.tenant_id != tenant:
             return None
-        seen.add(event.id)
-        if event.seq == ANNOTATION_SEQ:
+        seen.add(event_id)
+        if seq == last_seq + 1 and is_plain_append(event, leaf):
+            last_seq, leaf, count, length = seq, event_id, count + 1, length + 1
+        elif seq == ANNOTATION_SEQ:
             count += 1
-        elif event.seq == last_seq + 1 and event.parent_id == leaf and event.kind not in _OFF_TAIL_KINDS:
-            # On the active leaf, or the first root of an empty tree (no leaf, no parent).
-            last_seq, leaf, count, length = event.seq, event.id, count + 1, length + 1
         else:
             return None
         tenant = tenant or event.tenant_id

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
@@ -10,7 +9,7 @@ import sqlalchemy as sa
 from fastapi import APIRouter, HTTPException, Query
 from sqlalchemy.engine import Connection
 
-from convdb.consumers._rows import micros, payload_json
+from convdb.consumers._rows import micros
 from convdb.consumers.api.deps import Conn, Tenant
 from convdb.consumers.api.params import (
     AUTHENTICATED,
@@ -24,9 +23,8 @@ from convdb.consumers.errors import QueryInputError
 from convdb.consumers.stats import conversations as stats_table
 from convdb.consumers.stats import from_row
 from convdb.consumers.titles.tables import processors as titles_table
-from convdb.consumers.views import load_state
+from convdb.consumers.views.queries import branch_events, branch_head, load_state
 from convdb.consumers.views.tables import conversations as views_table
-from convdb.consumers.views.tables import events as views_events
 from convdb.projections import stats, view
 from convdb.schemas.validation import shown
 
@@ -190,7 +188,7 @@ def get_view(
     if head is None:
         raise HTTPException(404, f"no conversation {conversation_id!r}")
     if at is None and offset is None:
-        events = branch_events(conn, conversation_id, json.loads(head.branch))
+        events = branch_events(conn, conversation_id, head.segments)
         return {
             "conversation_id": conversation_id,
             "active_leaf": head.active_leaf,
@@ -213,53 +211,3 @@ def get_view(
         "as_of": {"at": at.isoformat() if at else None, "offset": offset},
         "events": [e.model_dump(mode="json") for e in view.active_branch(state)],
     }
-
-
-def branch_head(conn: Connection, tenant_id: str, conversation_id: str) -> Any:
-    """The conversation's view row (branch segments, leaf, last seq, lengths); None unless the tenant's."""
-    v = views_table.c
-    query = sa.select(v.branch, v.active_leaf, v.last_seq, v.branch_length, v.event_count, v.updated_us)
-    return conn.execute(query.where(v.conversation_id == conversation_id, v.tenant_id == tenant_id)).first()
-
-
-def branch_positions(segments: list[list[int]], start: int = 0, stop: int | None = None) -> list[int]:
-    """Log positions of the active branch's items `start:stop` (branch order), from its segments."""
-    total = sum(last - first + 1 for first, last in segments)
-    stop = total if stop is None else min(stop, total)
-    out: list[int] = []
-    index = 0
-    for first, last in segments:
-        size = last - first + 1
-        lo, hi = max(start - index, 0), min(stop - index, size)
-        if lo < hi:
-            out.extend(range(first + lo, first + hi))
-        index += size
-        if index >= stop:
-            break
-    return out
-
-
-def branch_events(
-    conn: Connection, conversation_id: str, segments: list[list[int]], start: int = 0, stop: int | None = None
-) -> list[Any]:
-    """The active branch's events `start:stop` as JSON objects, in branch order (O(window) rows read)."""
-    # Segments are in branch order, which is not position order: a condensation's summary
-    # stands where the first event it forgot stood, before later (lower-position) events.
-    positions = branch_positions(segments, start, stop)
-    if not positions:
-        return []
-    e = views_events.c
-    ranges = sa.or_(*(e.position.between(first, last) for first, last in _runs(positions)))
-    query = sa.select(e.position, e.payload).where(e.conversation_id == conversation_id, ranges)
-    payloads = dict(conn.execute(query).all())
-    return [json.loads(payload_json(payloads[p])) for p in positions]
-
-
-def _runs(positions: list[int]) -> list[tuple[int, int]]:
-    runs: list[list[int]] = []
-    for p in positions:
-        if runs and runs[-1][1] == p - 1:
-            runs[-1][1] = p
-        else:
-            runs.append([p, p])
-    return [(a, b) for a, b in runs]

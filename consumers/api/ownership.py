@@ -25,7 +25,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
 from convdb.consumers.errors import ConsumerError
 from convdb.consumers.store import stored_offsets
-from convdb.consumers.views.tables import conversations as views_table
+from convdb.consumers.views import queries as views
 from convdb.infra.kafka import make_consumer
 from convdb.infra.partitioner import partition_for
 from convdb.infra.records import coordinates
@@ -69,8 +69,7 @@ class LogOwnership:
     def read_side_owner(self, conversation_id: str) -> str | None:
         """The tenant the views name as owner, None when they do not know the conversation."""
         with self.engine.connect() as conn:
-            query = sa.select(views_table.c.tenant_id).where(views_table.c.conversation_id == conversation_id)
-            return conn.execute(query).scalar()
+            return views.owner(conn, conversation_id)
 
     def owner(self, conversation_id: str) -> tuple[str | None, Claim | None]:
         """The owner (None: nobody yet), and for a conversation the read side does not know, the

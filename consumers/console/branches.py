@@ -8,8 +8,7 @@ from typing import Any
 from fastapi import HTTPException
 from sqlalchemy.engine import Connection
 
-from convdb.consumers.api.conversations import branch_head
-from convdb.consumers.views import load_state
+from convdb.consumers.views.queries import branch_head, load_state
 from convdb.projections import view
 from convdb.projections.errors import ProjectionError
 

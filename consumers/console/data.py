@@ -1,8 +1,9 @@
 """What each console page shows, read with the query API's own functions (same tenant scoping).
 
 Nothing here writes SQL of its own: conversations, views, search, operations and their ledger
-come from `consumers.api.*` and `convdb.consumers.effects` / `convdb.consumers.index` query functions, so the
-console and the JSON API can never disagree about what a tenant may see.
+come from `consumers.api.*` and the `convdb.consumers.views.queries` / `convdb.consumers.effects` /
+`convdb.consumers.index` query functions, so the console and the JSON API can never disagree about
+what a tenant may see.
 """
 
 from __future__ import annotations
@@ -15,13 +16,7 @@ from typing import Any
 from fastapi import HTTPException
 from sqlalchemy.engine import Connection
 
-from convdb.consumers.api.conversations import (
-    branch_events,
-    branch_head,
-    conversation_page,
-    get_conversation,
-    get_view,
-)
+from convdb.consumers.api.conversations import conversation_page, get_conversation, get_view
 from convdb.consumers.console.chart import Chart, usage_chart
 from convdb.consumers.effects import (
     conversation_status,
@@ -31,6 +26,7 @@ from convdb.consumers.effects import (
     operation_view,
 )
 from convdb.consumers.index import search
+from convdb.consumers.views.queries import branch_events, branch_head
 from convdb.projections.index import SearchQuery
 
 TIMELINE_PAGE = 200
@@ -83,9 +79,8 @@ def live_timeline(conn: Connection, tenant_id: str, conversation_id: str, before
     head = branch_head(conn, tenant_id, conversation_id)
     if head is None:
         raise HTTPException(404, f"no conversation {conversation_id!r}")
-    segments = json.loads(head.branch)
     start, stop = _window(head.branch_length, before)
-    events = branch_events(conn, conversation_id, segments, start, stop)
+    events = branch_events(conn, conversation_id, head.segments, start, stop)
     return Timeline(events, start, head.branch_length, live=stop == head.branch_length)
 
 

@@ -26,12 +26,14 @@ from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import PlainTextResponse, Response, StreamingResponse
 from sqlalchemy.engine import Connection, Engine
 
-from convdb.consumers.api.conversations import branch_events, branch_head, conversation_page
+from convdb.consumers.api.conversations import conversation_page
 from convdb.consumers.api.deps import context
 from convdb.consumers.console.render import fragment
 from convdb.consumers.console.session import ConsoleUser
 from convdb.consumers.console.web import ConsoleState, console_state, current_user
 from convdb.consumers.effects import conversation_status, counts_by_status
+from convdb.consumers.views.queries import BranchHead, branch_events, branch_head
+from convdb.consumers.views.segments import Segments
 
 router = APIRouter(include_in_schema=False)
 
@@ -125,7 +127,7 @@ def list_version(conn: Connection, tenant_id: str) -> str:
     return hashlib.sha256(json.dumps(key, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
-def conversation_version(conn: Connection, conversation_id: str, head: Any) -> str:
+def conversation_version(conn: Connection, conversation_id: str, head: BranchHead) -> str:
     """A digest of a conversation's view row and effect facts (what its panels show)."""
     status = conversation_status(conn, conversation_id) or {}
     key = [head.event_count, head.updated_us, head.branch_length, head.active_leaf, status]
@@ -209,10 +211,9 @@ class _Feed:
             version = conversation_version(conn, self.conversation_id, head)
             if version == self.version and not self.behind:
                 return []
-            segments = json.loads(head.branch)
-            if not self._extends(conn, segments, head.branch_length):
+            if not self._extends(conn, head.segments, head.branch_length):
                 return [sse("reload")]
-            news = branch_events(conn, self.conversation_id, segments, self.since, self.since + BATCH)
+            news = branch_events(conn, self.conversation_id, head.segments, self.since, self.since + BATCH)
         messages = []
         if news:
             self.since, self.tail = self.since + len(news), news[-1]["id"]
@@ -223,7 +224,7 @@ class _Feed:
         self.version = version
         return messages
 
-    def _extends(self, conn: Any, segments: list[list[int]], length: int) -> bool:
+    def _extends(self, conn: Any, segments: Segments, length: int) -> bool:
         """True when the branch still starts with what the page shows (its item `since - 1` is `tail`)."""
         if self.since == 0:
             return True

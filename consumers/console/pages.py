@@ -9,7 +9,6 @@ from urllib.parse import quote, urlencode
 from fastapi import APIRouter, HTTPException, Query, Request
 from fastapi.responses import Response
 
-from convdb.consumers.api.conversations import branch_head
 from convdb.consumers.api.deps import Conn
 from convdb.consumers.console import data
 from convdb.consumers.console.branches import branch_tree
@@ -26,6 +25,7 @@ from convdb.consumers.console.web import (
     parse_time,
 )
 from convdb.consumers.errors import QueryInputError
+from convdb.consumers.views.queries import branch_head
 
 router = APIRouter(include_in_schema=False)
 

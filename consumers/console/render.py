@@ -50,6 +50,9 @@ KIND_LABELS = {
 }
 """How the timeline names each event kind."""
 
+LABEL_ONLY_KINDS = frozenset({"external"})
+"""Kinds the timeline shows by their label alone: `_events.html` has a body for every other kind."""
+
 
 def _ago(value: str | datetime | None, now: datetime | None = None) -> str:
     if value is None:

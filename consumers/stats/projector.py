@@ -43,18 +43,8 @@ conversations = sa.Table(
 )
 """One row per conversation: its statistics."""
 
-_NUMBERS = (
-    "last_seq",
-    "llm_calls",
-    "prompt_tokens",
-    "completion_tokens",
-    "cached_tokens",
-    "cost",
-    "unpriced_calls",
-    "llm_latency_ms",
-    "tool_calls",
-    "errors",
-)
+_NUMBERS = ("last_seq", "tool_calls", "errors")
+"""Columns that hold a figure of the state as it is; the `Usage` figures have a column each too."""
 
 
 class StatsConsumer(ConversationProjector[stats.ConversationStats]):
@@ -79,6 +69,7 @@ class StatsConsumer(ConversationProjector[stats.ConversationStats]):
 def to_row(state: stats.ConversationStats) -> dict[str, Any]:
     """The table row of a conversation's statistics."""
     row: dict[str, Any] = {name: getattr(state, name) for name in _NUMBERS}
+    row.update(state.usage._asdict())
     row.update(
         conversation_id=state.conversation_id,
         tenant_id=state.tenant_id or "",
@@ -107,6 +98,7 @@ def from_row(row: Mapping[str, Any]) -> stats.ConversationStats:
         last_timestamp=None if row["last_us"] is None else from_micros(row["last_us"]),
         annotations=frozenset(json.loads(row["annotations"])),
         last_id=row["last_id"],
+        usage=stats.Usage(*(row[name] for name in stats.Usage._fields)),
         **{name: row[name] for name in _NUMBERS},
     )
 

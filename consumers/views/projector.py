@@ -18,7 +18,6 @@ instead of being folded against a view that differs from the stored one.
 from __future__ import annotations
 
 import itertools
-import json
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -27,7 +26,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
-from convdb.consumers._rows import event_from_payload, micros
+from convdb.consumers._rows import micros
 from convdb.consumers.base import (
     Batch,
     ConsumedRecord,
@@ -39,6 +38,8 @@ from convdb.consumers.base import (
 )
 from convdb.consumers.errors import StoredViewError
 from convdb.consumers.store import bulk_insert, upsert
+from convdb.consumers.views import segments
+from convdb.consumers.views.queries import load_state
 from convdb.consumers.views.tables import EVENT_COLUMNS, conversations, events, metadata
 from convdb.infra.settings import Settings
 from convdb.projections import view
@@ -110,15 +111,15 @@ class ViewsConsumer(TableProjector):
     ) -> None:
         full = self._full(conv, row)
         start = _tip_of(conv, row)
-        segments: list[list[int]] = json.loads(row["branch"]) if row is not None else []
         extended = extend_tip(start, [r.value for r in group])  # type: ignore[misc]
         if extended is not None:
             added = range(start.events, extended.events)
             writes.log.extend(_log_row(conv, p, r, batch) for p, r in zip(added, group, strict=True))
-            _extend_segments(segments, [p for p, r in zip(added, group, strict=True) if r.value.seq])  # type: ignore[attr-defined]
+            branch = segments.decode(row["branch"]) if row is not None else []
+            segments.extend(branch, [p for p, r in zip(added, group, strict=True) if r.value.seq])  # type: ignore[attr-defined]
             if full is not None:  # keep a cached full state current (cheap for tail appends)
                 self._advance(conv, full, group, start.events)
-            writes.rows.append(_row(extended, segments, group[-1].value.timestamp))  # type: ignore[attr-defined]
+            writes.rows.append(_row(extended, branch, group[-1].value.timestamp))  # type: ignore[attr-defined]
             return
         if full is None:
             state = _rebuilt(connection, conv, row)
@@ -185,7 +186,7 @@ class ViewsConsumer(TableProjector):
             if head is None:
                 continue
             ids = {position: event_id for _, position, event_id in log}
-            branch = "\n".join(ids[p] for a, b in json.loads(head.branch) for p in range(a, b + 1))
+            branch = "\n".join(ids[p] for p in segments.positions(segments.decode(head.branch)))
             out[conv] = view.branch_digest(head.last_seq, head.active_leaf, branch, head.branch_length)
         return out
 
@@ -211,30 +212,9 @@ def _rebuilt(
     )
 
 
-def load_state(connection: Connection, conversation_id: str, **bounds: int) -> view.ViewState:
-    """Rebuild a conversation's view from its stored log; `max_offset`/`max_timestamp_us` bound it."""
-    query = sa.select(events.c.payload).where(events.c.conversation_id == conversation_id)
-    if "max_offset" in bounds:
-        query = query.where(events.c.offset <= bounds["max_offset"])
-    if "max_timestamp_us" in bounds:
-        query = query.where(events.c.timestamp_us <= bounds["max_timestamp_us"])
-    payloads = connection.execute(query.order_by(events.c.position)).scalars()
-    return view.fold_all(view.initial(conversation_id), (event_from_payload(p) for p in payloads))
-
-
-def branch_segments(state: view.ViewState, positions: dict[str, int]) -> list[list[int]]:
-    """The active branch as runs of consecutive log positions, root first."""
-    segments: list[list[int]] = []
-    _extend_segments(segments, [positions[event.id] for event in state.visible])
-    return segments
-
-
-def _extend_segments(segments: list[list[int]], added: list[int]) -> None:
-    for pos in added:
-        if segments and segments[-1][1] == pos - 1:
-            segments[-1][1] = pos
-        else:
-            segments.append([pos, pos])
+def branch_segments(state: view.ViewState, positions: dict[str, int]) -> segments.Segments:
+    """The active branch as runs of log positions, root first."""
+    return segments.runs_of(positions[event.id] for event in state.visible)
 
 
 def _tip_of(conv: str, row: Mapping[str, Any] | None) -> Tip:
@@ -250,7 +230,7 @@ def _tip_of(conv: str, row: Mapping[str, Any] | None) -> Tip:
     )
 
 
-def _row(t: Tip, segments: list[list[int]], last_timestamp: Any) -> dict[str, Any]:
+def _row(t: Tip, branch: segments.Segments, last_timestamp: Any) -> dict[str, Any]:
     return {
         "conversation_id": t.conversation_id,
         "tenant_id": t.tenant_id or "",
@@ -258,7 +238,7 @@ def _row(t: Tip, segments: list[list[int]], last_timestamp: Any) -> dict[str, An
         "event_count": t.events,
         "active_leaf": t.active_leaf,
         "branch_length": t.branch_length,
-        "branch": json.dumps(segments),
+        "branch": segments.encode(branch),
         "updated_us": micros(last_timestamp),
     }
 

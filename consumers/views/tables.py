@@ -1,9 +1,9 @@
 """Tables of the views projection: the event log per conversation and a row per conversation.
 
-The active branch is stored as segments of log positions (`[[first, last], ...]`): a linear
-conversation is one segment however long it is, so a tail append rewrites one small row
-instead of inserting a branch row per event. The row is also the view's tip
-(`convdb.projections.view_tip`), which is all a run of tail appends needs.
+The active branch is stored as runs of log positions (`convdb.consumers.views.segments`), so a
+tail append rewrites one small row. The row is also the view's tip
+(`convdb.projections.view_tip`), which is all a run of tail appends needs. Readers outside this
+package go through `convdb.consumers.views.queries`.
 """
 
 from __future__ import annotations

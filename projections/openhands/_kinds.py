@@ -289,5 +289,8 @@ _WRITERS: dict[str, Callable[[Any], dict[str, Any]]] = {
 }
 
 EXPORTED_KINDS = frozenset(_WRITERS)
-"""convdb kinds that have an OpenHands event; the others (usage, titles, forks, leaf moves,
-derived events) go into base_state.json or are left out."""
+"""convdb kinds that have an OpenHands event."""
+
+NOT_EXPORTED = frozenset({"llm_usage", "title", "fork", "active_leaf_changed"})
+"""convdb kinds without an OpenHands event: LLM usage goes into base_state.json's stats; titles,
+forks and leaf moves are left out (each kind is in `_WRITERS` or here)."""

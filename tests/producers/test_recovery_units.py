@@ -1,4 +1,5 @@
-"""Settle and recovery against an in-memory writer: the decisions, without a broker.
+"""Settle, recovery and the run loop's stuck check against an in-memory writer: the decisions,
+without a broker.
 
 The collaborators see a conversation only as a `ConversationWriter`; `MemoryWriter` folds what
 they commit into a `ConversationState` and keeps the records, so each test reads what they wrote.
@@ -23,6 +24,7 @@ from convdb.producers.effect_protocol import EffectProtocol, Outcome
 from convdb.producers.errors import OutcomeUnknownError
 from convdb.producers.llm import DirectScriptedClient
 from convdb.producers.recovery import Recovery
+from convdb.producers.run_loop import RunLoop
 from convdb.producers.secrets import SecretsRegistry
 from convdb.producers.state import ConversationState, fold, initial
 from convdb.producers.tools.base import Operation, Tool, ToolArgs, ToolResult
@@ -351,3 +353,31 @@ def test_recovery_heals_an_observed_operation_left_open(writer: MemoryWriter, to
     assert recovery(writer, tool).resume() is None
     (confirmed,) = writer.written(EffectConfirmed)
     assert confirmed.provider_receipt == "rcpt-1" and tool.calls(act.operation_id) == 0
+
+
+def run_loop(writer: MemoryWriter, tool: Tool) -> RunLoop:
+    services = Services(
+        Agent(tools=(tool,)), DirectScriptedClient(), RuntimeSettings(), SecretsRegistry(), NO_CRASH
+    )
+    return RunLoop(writer, services, EffectProtocol(writer, services, RunStats()), RunStats())
+
+
+@pytest.mark.parametrize("results", [["a", "b", "c"], ["same", "same", "same"]])
+def test_stuck_means_the_same_call_and_the_same_result_wherever_the_result_lands(
+    writer: MemoryWriter, tool: FakeTool, results: list[str]
+) -> None:
+    """Each step's observations are found by `action_id`: here user messages come between the
+    action and its observation, and more of them after it than the step wrote itself."""
+    loop = run_loop(writer, tool)
+
+    def notes(count: int) -> list[AvroModel]:
+        return [writer.new(MessageEvent, source="user", role="user", content="note") for _ in range(count)]
+
+    for result in results:
+        act = action(writer, tool)
+        writer.commit(lambda: notes(3))
+        writer.commit(lambda r=result, a=act: [rec.observation(writer, a, ToolResult(r))])  # type: ignore[misc]
+        writer.commit(lambda: notes(8))
+        loop.recent_steps.append(loop._signature([act]))
+    stop = loop.stop_reason()
+    assert (stop is not None and stop[0] == "stuck") == (len(set(results)) == 1)

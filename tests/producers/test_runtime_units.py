@@ -7,6 +7,7 @@ from datetime import UTC, datetime
 
 import pytest
 
+from convdb.producers.agent import Condenser
 from convdb.producers.errors import IllegalTransitionError
 from convdb.producers.ledger import EMPTY, fold_ledger
 from convdb.producers.messages import to_messages
@@ -20,9 +21,11 @@ from convdb.schemas import (
     EffectProposed,
     EffectStarted,
     EffectUnknown,
+    Event,
     LLMUsageEvent,
     MessageEvent,
     ObservationEvent,
+    UserRejectEvent,
 )
 
 
@@ -108,3 +111,61 @@ def test_status_machine() -> None:
     check_transition("c", "idle", "running")
     with pytest.raises(IllegalTransitionError, match="cannot go from waiting_for_human to finished"):
         check_transition("c", "waiting_for_human", "finished")
+
+
+def laid_out(layout: str) -> list[Event]:
+    """A view from a layout: `m` a message, `a` an action, `o` the observation of the oldest action
+    not yet answered, `r` the user's rejection of it."""
+    view: list[Event] = []
+    waiting: list[str] = []
+    for seq, mark in enumerate(layout, 1):
+        if mark == "m":
+            view.append(MessageEvent(**env(seq, "user"), role="user", content=f"m{seq}"))
+        elif mark == "a":
+            view.append(
+                ActionEvent(
+                    **env(seq),
+                    tool_name="t",
+                    tool_call_id=f"k{seq}",
+                    arguments="{}",
+                    llm_response_id="r",
+                    operation_id=f"c/e{seq}",
+                    intent_hash="h",
+                    effect_class="read_only",
+                )  # fmt: skip
+            )
+            waiting.append(f"e{seq}")
+        elif mark == "o":
+            action_id = waiting.pop(0)
+            view.append(
+                ObservationEvent(
+                    **env(seq, "environment"),
+                    action_id=action_id,
+                    tool_name="t",
+                    tool_call_id="k",
+                    content="ok",
+                )
+            )
+        else:
+            view.append(UserRejectEvent(**env(seq, "user"), action_id=waiting.pop(0), reason="no"))
+    return view
+
+
+@pytest.mark.parametrize(
+    ("layout", "forgotten"),
+    [
+        ("mmmmmmaommmmm", "mmmm"),  # the cut falls between an action and its observation
+        ("mmmmmaommmmmm", "mmmao"),  # the cut falls after the observation: both go
+        ("mmmammmommmmm", "m"),  # other events between the action and its observation
+        ("mmmmaaoommmmm", "mm"),  # parallel actions, the cut between their observations
+        ("mmmmaarommmmm", "mm"),  # the same, one answered by the user's rejection
+        ("mmmmmmammmmmm", "mmmma"),  # an action without an answer leaves nothing behind
+    ],
+)
+def test_the_condenser_never_forgets_an_action_without_its_answer(layout: str, forgotten: str) -> None:
+    """Of 13 events the first 2 and the last 6 are kept; the cut moves back before any action whose
+    observation or rejection it would keep, found by `action_id` whatever comes between them."""
+    view = laid_out(layout)
+    ids = Condenser(max_events=12, keep_first=2).forget(view)
+    assert ids == tuple(e.id for e in view[2 : 2 + len(forgotten)])
+    assert "".join(layout[int(i[1:]) - 1] for i in ids) == forgotten

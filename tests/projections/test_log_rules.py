@@ -169,9 +169,10 @@ def test_stats_stay_within_64_bits_and_finite_whatever_the_events(
 ) -> None:
     events = [usage(i + 1, tokens, cost, latency) for i, (tokens, cost, latency) in enumerate(calls)]
     state = stats.fold_all(stats.initial("c"), events)
-    for figure in (state.prompt_tokens, state.completion_tokens, state.cached_tokens, state.llm_calls):
+    used = state.usage
+    for figure in (used.prompt_tokens, used.completion_tokens, used.cached_tokens, used.llm_calls):
         assert INT64[0] <= figure <= INT64[1]
-    assert math.isfinite(state.cost) and math.isfinite(state.llm_latency_ms)
+    assert math.isfinite(state.usage.cost) and math.isfinite(state.usage.llm_latency_ms)
     one_by_one = stats.initial("c")
     for event in events:
         one_by_one = stats.fold(one_by_one, event)
@@ -180,19 +181,20 @@ def test_stats_stay_within_64_bits_and_finite_whatever_the_events(
     if INT64[0] <= exact <= INT64[1] and all(
         INT64[0] <= sum(t for t, _, _ in calls[:k]) <= INT64[1] for k in range(len(calls) + 1)
     ):
-        assert state.prompt_tokens == exact  # saturation only where the exact sum leaves the range
+        assert state.usage.prompt_tokens == exact  # saturation only where the exact sum leaves the range
     priced = [c for _, c, _ in calls if c is not None and not math.isnan(c)]
-    assert state.unpriced_calls == len(calls) - len(priced)
+    assert state.usage.unpriced_calls == len(calls) - len(priced)
 
 
 def test_stats_saturate_at_the_bound_and_stay_there() -> None:
     top = 2**63 - 1
     state = stats.fold_all(stats.initial("c"), [usage(1, top), usage(2, top), usage(3, 5)])
-    assert state.prompt_tokens == top and state.cached_tokens == top
+    assert state.usage.prompt_tokens == top and state.usage.cached_tokens == top
     low = stats.fold_all(stats.initial("c"), [usage(1, -top - 1), usage(2, -5)])
-    assert low.prompt_tokens == -(2**63)
+    assert low.usage.prompt_tokens == -(2**63)
     nan = stats.fold_all(stats.initial("c"), [usage(1, 1, math.nan, math.nan), usage(2, 1, 0.5, math.inf)])
-    assert nan.cost == 0.5 and nan.unpriced_calls == 1 and nan.llm_latency_ms == sys.float_info.max
+    assert nan.usage.cost == 0.5 and nan.usage.unpriced_calls == 1
+    assert nan.usage.llm_latency_ms == sys.float_info.max
 
 
 @pytest.mark.parametrize("name", sorted(FOLDS))

@@ -43,13 +43,13 @@ def test_figures_equal_a_simple_recount(events: list[Event]) -> None:
     usage = [e for e in events if isinstance(e, LLMUsageEvent)]
     assert state.events == len(events)
     assert state.counts_by_kind == dict(Counter(e.kind for e in events))
-    assert state.llm_calls == len(usage)
-    assert state.prompt_tokens == sum(e.prompt_tokens for e in usage)
-    assert state.completion_tokens == sum(e.completion_tokens for e in usage)
-    assert state.cached_tokens == sum(e.cached_tokens for e in usage)
-    assert state.cost == pytest.approx(sum(e.cost for e in usage if e.cost is not None))
-    assert state.unpriced_calls == sum(1 for e in usage if e.cost is None)
-    assert state.llm_latency_ms == pytest.approx(sum(e.latency_ms for e in usage))
+    assert state.usage.llm_calls == len(usage)
+    assert state.usage.prompt_tokens == sum(e.prompt_tokens for e in usage)
+    assert state.usage.completion_tokens == sum(e.completion_tokens for e in usage)
+    assert state.usage.cached_tokens == sum(e.cached_tokens for e in usage)
+    assert state.usage.cost == pytest.approx(sum(e.cost for e in usage if e.cost is not None))
+    assert state.usage.unpriced_calls == sum(1 for e in usage if e.cost is None)
+    assert state.usage.llm_latency_ms == pytest.approx(sum(e.latency_ms for e in usage))
     assert state.tool_calls == sum(1 for e in events if isinstance(e, ActionEvent))
     assert state.errors == sum(
         1
@@ -128,8 +128,8 @@ def usage(seq: int, cost: float | None) -> LLMUsageEvent:
 
 def test_llm_usage_and_errors() -> None:
     state = stats.fold_all(stats.initial("c"), [usage(1, 0.25), usage(2, None), usage(3, 0.5)])
-    assert (state.llm_calls, state.prompt_tokens, state.completion_tokens) == (3, 300, 30)
-    assert (state.cost, state.unpriced_calls, state.llm_latency_ms) == (0.75, 1, 750.0)
+    assert (state.usage.llm_calls, state.usage.prompt_tokens, state.usage.completion_tokens) == (3, 300, 30)
+    assert (state.usage.cost, state.usage.unpriced_calls, state.usage.llm_latency_ms) == (0.75, 1, 750.0)
     assert state.duration_s == 2.0
     with pytest.raises(SequenceGapError, match="seq 5 after 3"):
         stats.fold(state, usage(5, 0.1))

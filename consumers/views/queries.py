@@ -1,0 +1,78 @@
+"""Reading the views tables: a conversation's head row, a window of its active branch, its full view
+(as of a time or an offset) and its owner.
+
+The API and the console read the views through these functions only, so the tables' layout (the
+branch stored as runs of log positions, `segments`) is known to this package alone.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, NamedTuple
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection
+
+from convdb.consumers._rows import event_from_payload, payload_json
+from convdb.consumers.views import segments
+from convdb.consumers.views.tables import conversations, events
+from convdb.projections import view
+
+
+class BranchHead(NamedTuple):
+    """Where a conversation's view stands: its stored row, the branch decoded."""
+
+    segments: segments.Segments
+    """The active branch as runs of log positions."""
+    active_leaf: str | None
+    last_seq: int
+    branch_length: int
+    event_count: int
+    """Events folded (the log's length)."""
+    updated_us: int
+    """Timestamp of the last event folded, µs since the epoch."""
+
+
+def branch_head(conn: Connection, tenant_id: str, conversation_id: str) -> BranchHead | None:
+    """The conversation's head; None unless the tenant has the conversation."""
+    v = conversations.c
+    query = sa.select(v.branch, v.active_leaf, v.last_seq, v.branch_length, v.event_count, v.updated_us)
+    row = conn.execute(query.where(v.conversation_id == conversation_id, v.tenant_id == tenant_id)).first()
+    if row is None:
+        return None
+    return BranchHead(segments.decode(row.branch), *row[1:])
+
+
+def branch_events(
+    conn: Connection, conversation_id: str, runs: segments.Segments, start: int = 0, stop: int | None = None
+) -> list[Any]:
+    """The active branch's events `start:stop` as JSON objects, in branch order (O(window) rows read).
+
+    `runs` is the branch of the conversation's head (`BranchHead.segments`).
+    """
+    positions = segments.positions(runs, start, stop)
+    if not positions:
+        return []
+    e = events.c
+    ranges = sa.or_(*(e.position.between(first, last) for first, last in segments.runs_of(positions)))
+    query = sa.select(e.position, e.payload).where(e.conversation_id == conversation_id, ranges)
+    payloads = dict(conn.execute(query).all())
+    return [json.loads(payload_json(payloads[p])) for p in positions]
+
+
+def load_state(connection: Connection, conversation_id: str, **bounds: int) -> view.ViewState:
+    """Rebuild a conversation's view from its stored log; `max_offset`/`max_timestamp_us` bound it."""
+    query = sa.select(events.c.payload).where(events.c.conversation_id == conversation_id)
+    if "max_offset" in bounds:
+        query = query.where(events.c.offset <= bounds["max_offset"])
+    if "max_timestamp_us" in bounds:
+        query = query.where(events.c.timestamp_us <= bounds["max_timestamp_us"])
+    payloads = connection.execute(query.order_by(events.c.position)).scalars()
+    return view.fold_all(view.initial(conversation_id), (event_from_payload(p) for p in payloads))
+
+
+def owner(conn: Connection, conversation_id: str) -> str | None:
+    """The tenant the views name as the conversation's owner; None when they do not know it."""
+    query = sa.select(conversations.c.tenant_id).where(conversations.c.conversation_id == conversation_id)
+    found: str | None = conn.execute(query).scalar()
+    return found
