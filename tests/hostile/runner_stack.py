@@ -27,7 +27,7 @@ from convdb.infra.reader import partition_extents, read_topic
 from convdb.infra.settings import Settings
 from convdb.schemas import ExternalBatch, InboxMessage, SingleObjectCodec, StateUpdateEvent
 from convdb.schemas.topics import ALL_TOPICS
-from tests.conftest import BrokerInfo
+from tests.conftest import BrokerInfo, settings_for
 from tests.hostile.stack import Service
 
 KEYS = {"key-acme": "acme", "key-umbrella": "umbrella"}
@@ -38,19 +38,14 @@ CODEC = SingleObjectCodec()
 
 def runner_settings(broker: BrokerInfo, root: Path, **updates: Any) -> Settings:
     """Settings of one stack: its own namespace, two tenants, the offline scripted model."""
-    settings = Settings(  # type: ignore[call-arg]
-        _env_file=None,
-        namespace=f"r{uuid.uuid4().hex[:10]}",
-        bootstrap_servers=broker.bootstrap_servers,
-        data_dir=root / "data",
+    settings = settings_for(
+        broker,
+        root / "data",
         partitions=4,
         api={"keys": KEYS, "publish_timeout_s": 15.0},
         llm={"scripted_backend": "direct"},
         dev=True,
         **updates,
-    )
-    settings = settings.model_copy(
-        update={"kafka": settings.kafka.model_copy(update={"embedded": broker.embedded})}
     )
     apply_topics(settings, ALL_TOPICS)
     return settings
