@@ -6,10 +6,10 @@ import functools
 import os
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import pytest
 from hypothesis import HealthCheck
@@ -19,9 +19,12 @@ from convdb.infra.capabilities import BrokerCapabilities, capabilities_of
 from convdb.infra.dev.apache import ApacheKafka
 from convdb.infra.dev.broker import EmbeddedBroker
 from convdb.infra.kafka import apply_topics
+from convdb.infra.procs import tail
 from convdb.infra.settings import S3Settings, Settings
 
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+
+T = TypeVar("T")
 
 # Generation speed and per-example time depend on machine load (2 shared cores, brokers and
 # child processes running): those are not properties under test, so they must not fail a run.
@@ -162,16 +165,33 @@ def settings(make_settings: Callable[..., Settings]) -> Settings:
     return s
 
 
-def wait_until(condition: Callable[[], object], timeout: float = 30.0, what: str = "condition") -> object:
-    """Poll `condition` until it returns something truthy; fail the test with `what` on timeout."""
+LOG_LINES = 40
+"""How much of each log a timed-out `wait_until` shows."""
+
+
+def wait_until(
+    condition: Callable[[], T],
+    timeout: float = 30.0,
+    what: str = "condition",
+    *,
+    logs: Iterable[Path] = (),
+    interval: float = 0.05,
+) -> T:
+    """Call `condition` every `interval` seconds until it returns something truthy, and return that.
+
+    On timeout fail (AssertionError) naming `what`, with the end of each of `logs`: the processes
+    the test waited on say there why the condition never came. A condition may itself fail the
+    test at once (a process it waits on died).
+    """
     deadline = time.monotonic() + timeout
     while True:
         value = condition()
         if value:
             return value
         if time.monotonic() > deadline:
-            pytest.fail(f"timed out after {timeout}s waiting for {what}")
-        time.sleep(0.05)
+            tails = "".join(f"\n--- {log}\n{tail(log, LOG_LINES)}" for log in logs)
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}{tails}")
+        time.sleep(interval)
 
 
 @dataclass(frozen=True)

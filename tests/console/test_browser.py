@@ -63,7 +63,7 @@ def stack(
         first = running.start_runner(
             "runner-a", CONVDB_CRASH_AT="after_effect_started", CONVDB_CRASH_TOOL="notify"
         )
-        assert first.wait(90) == -9, running.logs()  # SIGKILLed in the middle of the notify call
+        assert first.wait(90) == -9, running.tails()  # SIGKILLed in the middle of the notify call
         running.start_runner("runner-b")
         for conv in ("demo-1", "demo-2", "demo-3", "hostile-1"):
             running.wait_status(conv, "finished")

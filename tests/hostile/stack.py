@@ -9,9 +9,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import time
 import uuid
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -90,16 +88,9 @@ class Stack:
         """The end of every service's log (for failure messages)."""
         return "\n".join(f"--- {s.name}\n{tail(s.log, 25)}" for s in self.services.values())
 
-    def wait(self, condition: Callable[[], Any], timeout: float, what: str) -> Any:
-        """Poll until truthy; fail with the services' logs."""
-        deadline = time.monotonic() + timeout
-        while True:
-            value = condition()
-            if value:
-                return value
-            if time.monotonic() > deadline:
-                raise AssertionError(f"timed out after {timeout}s waiting for {what}\n{self.tails()}")
-            time.sleep(0.2)
+    def logs(self) -> list[Path]:
+        """Every service's log (for a failed wait's report)."""
+        return [service.log for service in self.services.values()]
 
     def stop(self) -> None:
         """Stop every service."""

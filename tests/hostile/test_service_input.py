@@ -84,7 +84,7 @@ def test_the_reconciler_survives_records_that_stopped_it(broker: BrokerInfo, tmp
                 *taken_records, *ordinary_records,
             ],
         )  # fmt: skip
-        wait_until(lambda: decided(settings, ordinary), 90, f"an ordinary decision\n{worker.tail()}")
+        wait_until(lambda: decided(settings, ordinary), 90, "an ordinary decision", logs=[worker.log])
         publish_ledger(settings, [(EVENTS, takeover)])
 
         def refused() -> list[dict[str, bytes]]:
@@ -100,7 +100,7 @@ def test_the_reconciler_survives_records_that_stopped_it(broker: BrokerInfo, tmp
         wait_worker_ready(worker)
         after, after_records = started_operation(f"after-{uuid.uuid4().hex[:6]}")
         publish_ledger(settings, after_records)
-        wait_until(lambda: decided(settings, after), 90, f"a decision after the restart\n{worker.tail()}")
+        wait_until(lambda: decided(settings, after), 90, "a decision after the restart", logs=[worker.log])
         assert worker.alive, worker.tail()
         # At least once: a re-read takeover is dead-lettered again, as the same original record.
         assert {h[ORIGINAL_OFFSET] for h in refused()} == {headers[ORIGINAL_OFFSET]}

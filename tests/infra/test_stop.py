@@ -86,12 +86,14 @@ def test_a_service_whose_brokers_are_gone_ends_within_its_stop_grace(
                 assert service.alive, f"{command} exited:\n{service.tail()}"
                 return _assigned(port)
 
-            wait_until(assigned, 120, f"{command} to be up and assigned")
+            wait_until(assigned, 120, f"{command} to be up and assigned", logs=[service.log])
         own_broker.stop()
         time.sleep(1.0)  # it notices: its connections fail and it starts reconnecting
         service.proc.send_signal(signal.SIGTERM)
         signalled = time.monotonic()
-        wait_until(lambda: not service.alive, GRACE_S + 20, f"{command} to end after SIGTERM")
+        wait_until(
+            lambda: not service.alive, GRACE_S + 20, f"{command} to end after SIGTERM", logs=[service.log]
+        )
         took = time.monotonic() - signalled
         log = service.log.read_text(errors="replace")
         # Either its clean stop finished without the brokers, or the deadline ended it, and said so.

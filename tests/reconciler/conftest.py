@@ -103,11 +103,7 @@ def wait_worker_ready(worker: Proc, timeout: float = 120.0) -> None:
             pytest.fail(f"reconciler exited:\n{worker.tail()}")
         return worker.log.read_text(errors="replace").count("[^Worker]: Ready") >= worker.starts
 
-    try:
-        wait_until(ready, timeout, "the reconciler worker to be ready")
-    except pytest.fail.Exception:
-        print(f"reconciler log ends:\n{worker.tail()}")
-        raise
+    wait_until(ready, timeout, "the reconciler worker to be ready", logs=[worker.log])
 
 
 @pytest.fixture(scope="module")

@@ -69,11 +69,7 @@ def settled(settings: Settings, ops: list[str], worker: Proc, timeout: float = 6
         done = all(op in states and states[op].status is not OperationStatus.EXECUTING for op in ops)
         return states if done else None
 
-    try:
-        return wait_until(all_settled, timeout, f"{len(ops)} operations settled")  # type: ignore[return-value]
-    except BaseException:
-        print(worker.tail())
-        raise
+    return wait_until(all_settled, timeout, f"{len(ops)} operations settled", logs=[worker.log])  # type: ignore[return-value]
 
 
 def test_receipt_confirms_an_operation_whose_runner_died(stack: tuple[Settings, Proc, str]) -> None:
