@@ -6,9 +6,10 @@ import functools
 import os
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, TypeVar
 
 import pytest
 from hypothesis import HealthCheck
@@ -18,9 +19,12 @@ from convdb.infra.capabilities import BrokerCapabilities, capabilities_of
 from convdb.infra.dev.apache import ApacheKafka
 from convdb.infra.dev.broker import EmbeddedBroker
 from convdb.infra.kafka import apply_topics
-from convdb.infra.settings import Settings
+from convdb.infra.procs import tail
+from convdb.infra.settings import S3Settings, Settings
 
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+
+T = TypeVar("T")
 
 # Generation speed and per-example time depend on machine load (2 shared cores, brokers and
 # child processes running): those are not properties under test, so they must not fail a run.
@@ -122,27 +126,33 @@ def broker(request: pytest.FixtureRequest) -> BrokerInfo:
     return request.getfixturevalue(f"{kind}_broker")
 
 
-@pytest.fixture
-def namespace() -> str:
-    """A fresh namespace: topics and groups of this test are named under it."""
-    return f"t{uuid.uuid4().hex[:10]}"
+def settings_for(broker: BrokerInfo | None = None, data_dir: Path | None = None, **fields: Any) -> Settings:
+    """The one way a test builds Settings: never from a `.env` file, and on a broker always under a
+    fresh namespace, so that tests sharing the run's broker never see each other's topics or groups.
+
+    `broker` sets the bootstrap servers and `kafka.embedded` (the embedded broker's short group
+    timeouts); `fields` are Settings fields, nested sections as dicts (a `kafka` dict is merged
+    over the broker's kind). Without a broker: the defaults plus `fields`, for a core that never
+    connects.
+    """
+    base: dict[str, Any] = {}
+    if broker is not None:
+        base["namespace"] = f"t{uuid.uuid4().hex[:10]}"
+        base["bootstrap_servers"] = broker.bootstrap_servers
+        fields["kafka"] = {"embedded": broker.embedded, **fields.get("kafka", {})}
+    if data_dir is not None:
+        base["data_dir"] = data_dir
+    return Settings(_env_file=None, **{**base, **fields})  # type: ignore[call-arg]
 
 
-@pytest.fixture
-def make_settings(broker: BrokerInfo, namespace: str, tmp_path: Path) -> Callable[..., Settings]:
-    """Build Settings pointed at the test broker, namespace and a temp data dir."""
+@pytest.fixture(scope="module")
+def make_settings(broker: BrokerInfo, tmp_path_factory: pytest.TempPathFactory) -> Callable[..., Settings]:
+    """`settings_for` on this module's broker: each call a fresh namespace and a fresh data dir.
 
-    def build(**overrides: object) -> Settings:
-        base: dict[str, object] = {
-            "namespace": namespace,
-            "bootstrap_servers": broker.bootstrap_servers,
-            "data_dir": tmp_path / "data",
-            "partitions": 4,
-        }
-        base.update(overrides)
-        settings = Settings(_env_file=None, **base)  # type: ignore[call-arg]
-        kafka = settings.kafka.model_copy(update={"embedded": broker.embedded})
-        return settings.model_copy(update={"kafka": kafka})
+    Module-scoped, so that module-scoped fixtures (a world built once per module) use it too."""
+
+    def build(**fields: Any) -> Settings:
+        return settings_for(broker, tmp_path_factory.mktemp("data"), **fields)
 
     return build
 
@@ -155,16 +165,33 @@ def settings(make_settings: Callable[..., Settings]) -> Settings:
     return s
 
 
-def wait_until(condition: Callable[[], object], timeout: float = 30.0, what: str = "condition") -> object:
-    """Poll `condition` until it returns something truthy; fail the test with `what` on timeout."""
+LOG_LINES = 40
+"""How much of each log a timed-out `wait_until` shows."""
+
+
+def wait_until(
+    condition: Callable[[], T],
+    timeout: float = 30.0,
+    what: str = "condition",
+    *,
+    logs: Iterable[Path] = (),
+    interval: float = 0.05,
+) -> T:
+    """Call `condition` every `interval` seconds until it returns something truthy, and return that.
+
+    On timeout fail (AssertionError) naming `what`, with the end of each of `logs`: the processes
+    the test waited on say there why the condition never came. A condition may itself fail the
+    test at once (a process it waits on died).
+    """
     deadline = time.monotonic() + timeout
     while True:
         value = condition()
         if value:
             return value
         if time.monotonic() > deadline:
-            pytest.fail(f"timed out after {timeout}s waiting for {what}")
-        time.sleep(0.05)
+            tails = "".join(f"\n--- {log}\n{tail(log, LOG_LINES)}" for log in logs)
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}{tails}")
+        time.sleep(interval)
 
 
 @dataclass(frozen=True)
@@ -175,6 +202,14 @@ class S3Endpoint:
     access_key_id: str
     secret_access_key: str
     kind: str
+
+    def section(self) -> S3Settings:
+        """The `s3` section of Settings pointed at this endpoint."""
+        return S3Settings(
+            endpoint_url=self.endpoint_url,
+            access_key_id=self.access_key_id,
+            secret_access_key=self.secret_access_key,  # type: ignore[arg-type]
+        )
 
 
 @pytest.fixture(scope="session")

@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 import threading
-import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import pytest
@@ -21,7 +20,7 @@ from convdb.infra.kafka import apply_topics
 from convdb.infra.settings import Settings
 from convdb.producers.publisher import EventPublisher
 from convdb.schemas import EventEnvelope, SingleObjectCodec
-from tests.conftest import BrokerInfo, wait_until
+from tests.conftest import wait_until
 from tests.consumers.builders import conversation
 
 KEYS = {"key-a": "tenant-a", "key-b": "tenant-b"}
@@ -70,20 +69,12 @@ def fill_store(settings: Settings, events: list[EventEnvelope]) -> None:
 
 
 @pytest.fixture(scope="module")
-def world(broker: BrokerInfo, tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
+def world(
+    make_settings: Callable[..., Settings], tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[World]:
     """Tenant A has conversations a1 (30 events) and a2 (10); tenant B has b1 (5)."""
     tmp = tmp_path_factory.mktemp("api")
-    settings = Settings(  # type: ignore[call-arg]
-        _env_file=None,
-        namespace=f"t{uuid.uuid4().hex[:10]}",
-        bootstrap_servers=broker.bootstrap_servers,
-        data_dir=tmp / "data",
-        store_url=f"sqlite:///{tmp / 'store.db'}",
-        api={"keys": KEYS},
-    )
-    settings = settings.model_copy(
-        update={"kafka": settings.kafka.model_copy(update={"embedded": broker.embedded})}
-    )
+    settings = make_settings(store_url=f"sqlite:///{tmp / 'store.db'}", api={"keys": KEYS})
     apply_topics(settings)
     events = (
         conversation("a1", 30, "tenant-a")

@@ -11,18 +11,18 @@ from pathlib import Path
 import httpx
 
 from convdb.infra.procs import free_port, spawn, stop_group, wait_for_port
-from convdb.infra.settings import Settings
+from tests.conftest import settings_for
 
 POSTS = 80
 
 
 def test_reads_stay_fast_while_posts_wait_for_a_broker_that_is_down(tmp_path: Path) -> None:
     port = free_port()
-    settings = Settings(  # type: ignore[call-arg]
-        _env_file=None,
+    settings = settings_for(
+        None,
+        tmp_path / "data",
         bootstrap_servers=f"127.0.0.1:{free_port()}",  # nobody listens there
         store_url=f"sqlite:///{tmp_path / 'store.db'}",
-        data_dir=tmp_path / "data",
         # One tenant may take every write slot here: this is about the broker, not fairness.
         api={
             "keys": {"k": "acme"},

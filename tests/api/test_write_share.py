@@ -26,7 +26,7 @@ from convdb.infra.settings import Settings
 from convdb.schemas import SingleObjectCodec
 from convdb.schemas.topics import INBOX
 from tests.api.served import served
-from tests.conftest import BROKER_KINDS, wait_until
+from tests.conftest import BROKER_KINDS, BrokerInfo, settings_for, wait_until
 from tests.projections.test_openhands import SAMPLE
 
 pytestmark = pytest.mark.kafka
@@ -42,8 +42,7 @@ POSTS = 12
 class FreezableBroker:
     """A broker of this module's own, whose process group the test may stop and continue."""
 
-    bootstrap_servers: str
-    embedded: bool
+    broker: BrokerInfo
     pid: int
 
     @contextmanager
@@ -64,25 +63,25 @@ def freezable(
     if request.param == "embedded":
         with EmbeddedBroker(root / "tansu.log") as tansu:
             assert tansu.proc is not None
-            yield FreezableBroker(tansu.bootstrap_servers, True, tansu.proc.pid)
+            yield FreezableBroker(
+                BrokerInfo(tansu.bootstrap_servers, True, "embedded", "own"), tansu.proc.pid
+            )
         return
     with ApacheKafka(root / "kafka", size=1) as kafka:
         pid = kafka.nodes[0].pid
         assert pid is not None
-        yield FreezableBroker(kafka.bootstrap_servers, False, pid)
+        yield FreezableBroker(BrokerInfo(kafka.bootstrap_servers, False, "apache-local", "own"), pid)
 
 
 @pytest.fixture
 def stack_settings(freezable: FreezableBroker, tmp_path: Path) -> Settings:
-    settings = Settings(  # type: ignore[call-arg]
-        _env_file=None,
-        namespace=f"t{uuid.uuid4().hex[:10]}",
-        bootstrap_servers=freezable.bootstrap_servers,
-        data_dir=tmp_path / "data",
+    settings = settings_for(
+        freezable.broker,
+        tmp_path / "data",
         store_url=f"sqlite:///{tmp_path / 'store.db'}",
         partitions=2,
         openhands={"max_waiting": SLOTS},
-        kafka={"embedded": freezable.embedded, "delivery_timeout_s": 120.0},
+        kafka={"delivery_timeout_s": 120.0},
     )
     apply_topics(settings)
     return settings

@@ -16,7 +16,7 @@ from convdb.consumers.archive.service import ArchiveConsumer
 from convdb.consumers.archive.target import open_target
 from convdb.infra.procs import spawn, stop_group
 from convdb.infra.s3 import make_s3_client
-from convdb.infra.settings import S3Settings, Settings
+from convdb.infra.settings import Settings
 from convdb.producers.publisher import EventPublisher
 from convdb.schemas import MessageEvent, SingleObjectCodec
 from tests.conftest import S3Endpoint, wait_until
@@ -24,19 +24,14 @@ from tests.helpers import new_id, now
 
 
 @pytest.fixture
-def s3_settings(settings: Settings, s3_endpoint: S3Endpoint, namespace: str) -> Settings:
+def s3_settings(settings: Settings, s3_endpoint: S3Endpoint) -> Settings:
     """Settings whose archive is a fresh bucket on the test S3 endpoint."""
-    bucket = f"arch-{namespace}"
+    bucket = f"arch-{settings.namespace}"
     client = make_s3_client(
         s3_endpoint.endpoint_url, "us-east-1", s3_endpoint.access_key_id, s3_endpoint.secret_access_key
     )
     client.create_bucket(Bucket=bucket)
-    s3 = S3Settings(
-        endpoint_url=s3_endpoint.endpoint_url,
-        access_key_id=s3_endpoint.access_key_id,
-        secret_access_key=s3_endpoint.secret_access_key,  # type: ignore[arg-type]
-    )
-    return settings.model_copy(update={"s3": s3, "archive_url": f"s3://{bucket}/archive"})
+    return settings.model_copy(update={"s3": s3_endpoint.section(), "archive_url": f"s3://{bucket}/archive"})
 
 
 @pytest.fixture

@@ -12,8 +12,8 @@ import pytest
 from convdb.consumers.archive.errors import ArchiveUrlError
 from convdb.consumers.archive.target import ArchiveTarget, FileTarget, S3Target, open_target
 from convdb.infra.s3 import make_s3_client
-from convdb.infra.settings import S3Settings, Settings
-from tests.conftest import S3Endpoint
+from convdb.infra.settings import S3Settings
+from tests.conftest import S3Endpoint, settings_for
 
 
 def _bucket(client: object) -> str:
@@ -87,7 +87,7 @@ class TestMotoTarget(TargetContract):
 
 
 def test_open_target_parses_urls_and_refuses_others(tmp_path: Path) -> None:
-    base = Settings(_env_file=None)  # type: ignore[call-arg]
+    base = settings_for()
     s3 = base.model_copy(
         update={"archive_url": "s3://bucket/some/prefix", "s3": S3Settings(endpoint_url="http://x")}
     )

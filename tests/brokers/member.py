@@ -12,13 +12,13 @@ import time
 
 from confluent_kafka import Consumer, TopicPartition
 
+from convdb.infra.connection import load_settings
 from convdb.infra.kafka import make_consumer
-from convdb.infra.settings import Settings
 
 
 def main(topic: str, group: str) -> None:
     """Join `group` on `topic` and report assignments forever."""
-    consumer = make_consumer(Settings(), group)
+    consumer = make_consumer(load_settings(), group)
 
     def report(event: str) -> object:
         def callback(_c: Consumer, parts: list[TopicPartition]) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 import threading
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import pytest
@@ -31,7 +31,7 @@ from convdb.schemas import (
     SingleObjectCodec,
 )
 from convdb.schemas.topics import EFFECTS, EVENTS
-from tests.conftest import BrokerInfo, wait_until
+from tests.conftest import wait_until
 from tests.consumers.builders import conversation
 from tests.helpers import now
 from tests.reconciler.ledger import publish, started_operation
@@ -138,22 +138,14 @@ def _run_consumers(settings: Settings, expected_events: int, expected_ops: int) 
 
 
 @pytest.fixture(scope="module")
-def console_world(broker: BrokerInfo, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ConsoleWorld]:
+def console_world(
+    make_settings: Callable[..., Settings], tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[ConsoleWorld]:
     """Tenant A: a1 (30 events, a hostile first message, an unknown operation), a2 (450 events),
     a3 (two branches), a4 (forked from a1); tenant B: b1 (5 events, a confidential title, an
     unknown operation)."""
     tmp = tmp_path_factory.mktemp("console")
-    settings = Settings(  # type: ignore[call-arg]
-        _env_file=None,
-        namespace=f"t{uuid.uuid4().hex[:10]}",
-        bootstrap_servers=broker.bootstrap_servers,
-        data_dir=tmp / "data",
-        store_url=f"sqlite:///{tmp / 'store.db'}",
-        api={"keys": KEYS},
-    )
-    settings = settings.model_copy(
-        update={"kafka": settings.kafka.model_copy(update={"embedded": broker.embedded})}
-    )
+    settings = make_settings(store_url=f"sqlite:///{tmp / 'store.db'}", api={"keys": KEYS})
     apply_topics(settings)
     a1 = conversation("a1", 30, "tenant-a")
     a1[0] = a1[0].model_copy(update={"content": HOSTILE})

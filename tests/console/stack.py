@@ -106,11 +106,15 @@ class Stack:
                 return None
             return found if found["execution_status"] == status else None
 
-        return wait_until(reached, timeout, f"{conversation_id} to be {status}\n{self.logs()}")  # type: ignore[return-value]
+        return wait_until(reached, timeout, f"{conversation_id} to be {status}", logs=self.logs())  # type: ignore[return-value]
 
-    def logs(self) -> str:
+    def logs(self) -> list[Path]:
+        """Every process log (for a failed wait's report)."""
+        return sorted(self.root.glob("*.log"))
+
+    def tails(self) -> str:
         """The end of every process log (for failure messages)."""
-        return "\n".join(f"--- {p.name}\n{tail(p, 15)}" for p in sorted(self.root.glob("*.log")))
+        return "\n".join(f"--- {p.name}\n{tail(p, 15)}" for p in self.logs())
 
     def close(self) -> None:
         """Stop every process."""

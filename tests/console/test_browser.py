@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -43,10 +43,14 @@ WAIT_MS = 60_000
 
 
 @pytest.fixture(scope="module")
-def stack(make_module_settings: Settings, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+def stack(
+    make_settings: Callable[..., Settings], tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Stack]:
     """The demo's three conversations, one whose notify outcome is unknown (its runner was killed
     during the provider call), a hostile one, and another tenant's; all run by fleet runners."""
-    running = Stack(make_module_settings, tmp_path_factory.mktemp("console-stack")).start()
+    settings = make_settings()
+    apply_topics(settings)
+    running = Stack(settings, tmp_path_factory.mktemp("console-stack")).start()
     try:
         workspace = running.root / "workspace"
         workspace.mkdir(exist_ok=True)
@@ -59,7 +63,7 @@ def stack(make_module_settings: Settings, tmp_path_factory: pytest.TempPathFacto
         first = running.start_runner(
             "runner-a", CONVDB_CRASH_AT="after_effect_started", CONVDB_CRASH_TOOL="notify"
         )
-        assert first.wait(90) == -9, running.logs()  # SIGKILLed in the middle of the notify call
+        assert first.wait(90) == -9, running.tails()  # SIGKILLed in the middle of the notify call
         running.start_runner("runner-b")
         for conv in ("demo-1", "demo-2", "demo-3", "hostile-1"):
             running.wait_status(conv, "finished")
@@ -68,25 +72,6 @@ def stack(make_module_settings: Settings, tmp_path_factory: pytest.TempPathFacto
         yield running
     finally:
         running.close()
-
-
-@pytest.fixture(scope="module")
-def make_module_settings(broker: Any, tmp_path_factory: pytest.TempPathFactory) -> Settings:
-    """Settings under a fresh namespace for this module, topics created."""
-    import uuid
-
-    settings = Settings(  # type: ignore[call-arg]
-        _env_file=None,
-        namespace=f"t{uuid.uuid4().hex[:10]}",
-        bootstrap_servers=broker.bootstrap_servers,
-        data_dir=tmp_path_factory.mktemp("console-data"),
-        partitions=4,
-    )
-    settings = settings.model_copy(
-        update={"kafka": settings.kafka.model_copy(update={"embedded": broker.embedded})}
-    )
-    apply_topics(settings)
-    return settings
 
 
 @pytest.fixture(scope="module")

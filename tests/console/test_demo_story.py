@@ -8,13 +8,13 @@ import signal
 import subprocess
 import sys
 import threading
-import time
 from pathlib import Path
 
 import httpx
 import pytest
 
 from convdb.infra.settings import Settings
+from tests.conftest import wait_until
 from tests.console.conftest import csrf_of
 
 pytestmark = pytest.mark.kafka
@@ -85,10 +85,7 @@ def test_demo_story_then_keep_until_ctrl_c(settings: Settings, tmp_path: Path) -
         if proc.poll() is None:
             proc.kill()
             proc.wait(10)
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline and _port_open(url.group(1)):
-        time.sleep(0.2)
-    assert not _port_open(url.group(1)), "the console still answers after Ctrl-C"
+    wait_until(lambda: not _port_open(url.group(1)), 10, "the console to stop answering after Ctrl-C")
 
 
 def _default_sigint() -> None:

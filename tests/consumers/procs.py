@@ -6,13 +6,13 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import httpx
 
 from convdb.infra.procs import free_port, spawn, stop_group, tail
 from convdb.infra.settings import Settings
+from tests.conftest import wait_until
 
 
 class ConsumerProcess:
@@ -108,25 +108,23 @@ def metric_value(text: str, name: str) -> float:
 
 
 def wait_progress(proc: ConsumerProcess, minimum: float, timeout: float = 60.0) -> float:
-    """Wait until the child reports at least `minimum` applied events in /metrics."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
+    """Wait until the child reports at least `minimum` applied events in /metrics; returns that count."""
+
+    def applied() -> float:
         if not proc.alive():
             raise AssertionError(f"consumer died:\n{proc.log_tail()}")
         value = metric_value(proc.metrics(), "convdb_consumer_events_total")
-        if value >= minimum:
-            return value
-        time.sleep(0.05)
-    raise AssertionError(f"no progress to {minimum} events in {timeout}s ({proc.log}):\n{proc.log_tail(60)}")
+        return value if value >= minimum else 0.0
+
+    return wait_until(applied, timeout, f"progress to {minimum} events", logs=[proc.log])
 
 
 def wait_assigned(proc: ConsumerProcess, timeout: float = 60.0) -> None:
     """Wait until the child's log says it was assigned partitions (a group member, rebalanced in)."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
+
+    def assigned() -> bool:
         if not proc.alive():
             raise AssertionError(f"consumer died:\n{proc.log_tail()}")
-        if " assigned [(" in proc.log_tail(200):
-            return
-        time.sleep(0.05)
-    raise AssertionError(f"not assigned in {timeout}s ({proc.log}):\n{proc.log_tail(60)}")
+        return " assigned [(" in proc.log_tail(200)
+
+    wait_until(assigned, timeout, "an assignment", logs=[proc.log])

@@ -55,7 +55,7 @@ def wait_complete(url: str, total: int, procs: list[ConsumerProcess], timeout: f
         stats = scalar(url, "SELECT SUM(event_count) FROM stats_conversations")
         return counts == [total, total] and stats == total
 
-    wait_until(done, timeout, f"{total} events in every projection")
+    wait_until(done, timeout, f"{total} events in every projection", logs=[p.log for p in procs])
 
 
 def run_with_kills(

@@ -18,16 +18,16 @@ import sqlalchemy as sa
 from hypothesis import HealthCheck, given, settings
 from sqlalchemy.engine import Engine
 
-from convdb.consumers.base import ConsumedRecord
-from convdb.consumers.index import IndexConsumer
+from convdb.consumers import plugins
+from convdb.consumers.base import ConsumedRecord, TableProjector
 from convdb.consumers.stats import StatsConsumer, load_states
 from convdb.consumers.store import ensure_projections, lock_offsets, offsets, open_engine, store_offsets
-from convdb.consumers.titles import TitlesConsumer
 from convdb.consumers.titles.tables import load_states as load_titles
 from convdb.consumers.views import ViewsConsumer, load_state
 from convdb.consumers.views.tables import conversations as views_table
 from convdb.projections import stats, titles, view
 from convdb.schemas.events import ActiveLeafChangedEvent, Event
+from convdb.schemas.topics import EVENTS
 from tests.consumers.builders import conversation
 from tests.consumers.conftest import drop_pg_schema, make_pg_schema, require_pg
 from tests.strategies import batch_splits, interleaved_conversations, split, with_redeliveries
@@ -38,8 +38,29 @@ def records_of(events: Sequence[Event], start: int = 0) -> list[ConsumedRecord]:
     return [ConsumedRecord("ev", 0, start + i, 0, e.conversation_id, e) for i, e in enumerate(events)]
 
 
-def projectors(views_cache: int = 50_000) -> list:  # type: ignore[type-arg]
-    return [ViewsConsumer(cache_events=views_cache), IndexConsumer(), StatsConsumer(), TitlesConsumer()]
+def store_projectors() -> list[type[TableProjector]]:
+    """Every installed `convdb.consumers` plugin that folds the events topic into store tables.
+
+    Found through the entry points, as `convdb consume` finds them, so that a new projector is
+    under the contract the day it is registered. The archive copies records to object storage:
+    it has no tables, and is not a `TableProjector`.
+    """
+    found = [entry.load() for entry in plugins.available().values()]
+    return [
+        cls
+        for cls in found
+        if isinstance(cls, type) and issubclass(cls, TableProjector) and EVENTS in cls.topics
+    ]
+
+
+def projectors(views_cache: int = 50_000) -> list[TableProjector]:
+    """A fresh instance of every store projector (the views' cache of full states: `views_cache` events)."""
+    return [cls(cache_events=views_cache) if cls is ViewsConsumer else cls() for cls in store_projectors()]
+
+
+def test_the_contract_covers_every_projector_of_the_read_side() -> None:
+    """What `convdb consume all` runs is found (an empty discovery would make the suite vacuous)."""
+    assert {cls.name for cls in store_projectors()} >= set(plugins.DEFAULT_GROUP)
 
 
 def apply_batches(

@@ -16,9 +16,9 @@ from convdb.consumers.reconciler import CHANGELOG
 from convdb.infra.dev.apache import ApacheKafka
 from convdb.infra.kafka import apply_topics
 from convdb.infra.s3 import make_s3_client
-from convdb.infra.settings import S3Settings, Settings
+from convdb.infra.settings import Settings
 from convdb.schemas.topics import ALL_TOPICS
-from tests.conftest import S3Endpoint
+from tests.conftest import BrokerInfo, S3Endpoint, settings_for
 from tests.reconciler.conftest import Proc, start_provider, wait_worker_ready
 
 
@@ -75,25 +75,18 @@ class Pipeline:
 
 def pipeline_settings(kafka: ApacheKafka, root: Path, s3: S3Endpoint, provider_url: str) -> Settings:
     """Settings for the whole pipeline on the cluster: RF 3, SQLite store, S3 archive, short deadlines."""
-    namespace = f"f{uuid.uuid4().hex[:10]}"
-    bucket = f"arch-{namespace}"
+    bucket = f"arch-f{uuid.uuid4().hex[:10]}"
     make_s3_client(s3.endpoint_url, "us-east-1", s3.access_key_id, s3.secret_access_key).create_bucket(
         Bucket=bucket
     )
-    settings = Settings(  # type: ignore[call-arg]
-        _env_file=None,
-        namespace=namespace,
-        bootstrap_servers=kafka.bootstrap_servers,
+    settings = settings_for(
+        BrokerInfo(kafka.bootstrap_servers, embedded=False, kind="apache-local", name="cluster"),
+        root / "data",
         partitions=4,
         replication_factor=3,
-        data_dir=root / "data",
         store_url=f"sqlite:///{root / 'store.db'}",
         archive_url=f"s3://{bucket}/archive",
-        s3=S3Settings(
-            endpoint_url=s3.endpoint_url,
-            access_key_id=s3.access_key_id,
-            secret_access_key=s3.secret_access_key,  # type: ignore[arg-type]
-        ),
+        s3=s3.section(),
         archive={"max_records": 500, "max_age_s": 2.0},
         llm={"scripted_backend": "direct"},
         runtime={"reconcile_after_s": 5.0, "tool_timeout_s": 5.0},

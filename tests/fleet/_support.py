@@ -9,11 +9,8 @@ import signal
 import subprocess
 import sys
 import threading
-import time
 from pathlib import Path
 from typing import Any
-
-import pytest
 
 from convdb.infra.settings import Settings
 from tests.producers._support import direct
@@ -30,7 +27,11 @@ def _die_with_parent() -> None:
 
 
 class RunnerProc:
-    """`python -m convdb runner` as a child process; stdout JSON lines are parsed in a thread."""
+    """`python -m convdb runner` as a child process; stdout JSON lines are parsed in a thread.
+
+    Its stderr goes to `log`, and its status lines, as they are parsed, to `status_log` beside it:
+    a test that waits on the runner shows both when the wait times out (`logs`).
+    """
 
     def __init__(
         self, settings: Settings, workspace: Path, tracker: str | None, log: Path, **env: str
@@ -40,6 +41,7 @@ class RunnerProc:
             argv += ["--tracker-url", tracker]
         base = {k: v for k, v in os.environ.items() if not k.startswith("CONVDB_")}
         self.log = log
+        self.status_log = log.with_name(f"{log.stem}.status.jsonl")
         self._stderr = log.open("w")
         self.proc = subprocess.Popen(
             argv,
@@ -56,9 +58,17 @@ class RunnerProc:
 
     def _read(self) -> None:
         assert self.proc.stdout is not None
-        for line in self.proc.stdout:
-            if line.startswith("{"):
-                self.lines.append(json.loads(line))
+        with self.status_log.open("w") as status:
+            for line in self.proc.stdout:
+                if line.startswith("{"):
+                    self.lines.append(json.loads(line))
+                    status.write(line)
+                    status.flush()
+
+    @property
+    def logs(self) -> tuple[Path, Path]:
+        """Its stderr log and its status lines (for a failed wait's report)."""
+        return self.log, self.status_log
 
     @property
     def pid(self) -> int:
@@ -114,14 +124,6 @@ class RunnerProc:
         self._stderr.close()
 
 
-def wait_for(condition: Any, timeout: float, what: str, runners: list[RunnerProc] = ()) -> Any:  # type: ignore[assignment]
-    """Poll until truthy; on timeout fail with the runners' logs."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = condition()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            logs = "\n".join(f"--- {r.log.name}\n{r.stderr()[-3000:]}\n{r.lines[-10:]}" for r in runners)
-            pytest.fail(f"timed out after {timeout}s waiting for {what}\n{logs}")
-        time.sleep(0.05)
+def logs_of(runners: list[RunnerProc]) -> list[Path]:
+    """The logs of every runner (for `wait_until`)."""
+    return [path for runner in runners for path in runner.logs]

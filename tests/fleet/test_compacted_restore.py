@@ -18,7 +18,7 @@ from convdb.producers.fleet.service import build_context
 from convdb.schemas import MessageEvent, Snapshot
 from convdb.schemas.topics import STATE
 from tests.conftest import BrokerInfo, wait_until
-from tests.fleet._support import RunnerProc, fleet_settings, wait_for
+from tests.fleet._support import RunnerProc, fleet_settings
 from tests.producers._support import events, records
 
 pytestmark = [pytest.mark.kafka, pytest.mark.brokers]
@@ -90,7 +90,9 @@ def test_restore_from_a_compacted_state_topic(
     other = fleet_settings(settings, tmp_path / "other")
     runner = RunnerProc(other, tmp_path / "ws", None, tmp_path / "runner.log")
     try:
-        assigned = wait_for(lambda: runner.events("assigned"), 60, "the runner's assignment", [runner])
+        assigned = wait_until(
+            lambda: runner.events("assigned"), 60, "the runner's assignment", logs=runner.logs
+        )
         report = {r["partition"]: r for r in assigned[0]["restored"]}[partition]
         assert report["source"] == "changelog"
         assert report["tail_events"][cid] == 1  # only the event no snapshot covers

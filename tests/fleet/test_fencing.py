@@ -19,7 +19,8 @@ from convdb.producers.fleet import transactional_id
 from convdb.producers.publisher import EventPublisher
 from convdb.schemas import ActionEvent, EffectConfirmed, InboxMessage, SingleObjectCodec, StateUpdateEvent
 from convdb.schemas.topics import EFFECTS, EVENTS, INBOX
-from tests.fleet._support import RunnerProc, fleet_settings, wait_for
+from tests.conftest import wait_until
+from tests.fleet._support import RunnerProc, fleet_settings, logs_of
 from tests.producers._support import by_conversation, records
 
 pytestmark = [pytest.mark.kafka, pytest.mark.brokers]
@@ -71,7 +72,12 @@ def test_a_zombie_runner_is_fenced_and_never_reaches_the_provider(
     )
     runners = [a]
     try:
-        wait_for(lambda: a.owned() == set(range(settings.partitions)), 60, "A owns every partition", runners)
+        wait_until(
+            lambda: a.owned() == set(range(settings.partitions)),
+            60,
+            "A owns every partition",
+            logs=logs_of(runners),
+        )
         cid = f"zombie-{uuid.uuid4().hex[:8]}"
         partition = partition_for(cid, settings.partitions)
         publisher = EventPublisher(settings, SingleObjectCodec())
@@ -79,19 +85,27 @@ def test_a_zombie_runner_is_fenced_and_never_reaches_the_provider(
             publisher, cid, '!create_issue {"title": "t", "body": "b"}\n!notify {"to": "ops", "text": "done"}'
         )
         publisher.flush()
-        wait_for(a.stopped, 60, "A frozen after EffectProposed (SIGSTOP)", runners)
+        wait_until(a.stopped, 60, "A frozen after EffectProposed (SIGSTOP)", logs=logs_of(runners))
         stopped_at = time.monotonic()
 
         b = RunnerProc(fleet_settings(settings, tmp_path / "b"), ws, provider.url, tmp_path / "b.log")
         runners.append(b)
-        wait_for(lambda: partition in b.owned(), 60, "B owns the zombie's partition", runners)
+        wait_until(lambda: partition in b.owned(), 60, "B owns the zombie's partition", logs=logs_of(runners))
         print(f"\nB took the partition over {time.monotonic() - stopped_at:.2f}s after A froze")
-        wait_for(
-            lambda: final_status(records(settings, EVENTS, cid)) == "finished", 60, "B finishes it", runners
+        wait_until(
+            lambda: final_status(records(settings, EVENTS, cid)) == "finished",
+            60,
+            "B finishes it",
+            logs=logs_of(runners),
         )
 
         a.signal(signal.SIGCONT)  # the zombie wakes up and carries on with its EffectStarted commit
-        wait_for(lambda: partition in {f["partition"] for f in a.events("fenced")}, 60, "A fenced", runners)
+        wait_until(
+            lambda: partition in {f["partition"] for f in a.events("fenced")},
+            60,
+            "A fenced",
+            logs=logs_of(runners),
+        )
         log = a.stderr()
         assert "FENCED: partition" in log and transactional_id(settings, partition) in log
         evs = records(settings, EVENTS, cid)
@@ -128,15 +142,23 @@ def test_failover_50_conversations_over_2_runners_with_one_killed(
     runners = [a, b]
     try:
         everything = set(range(settings.partitions))
-        wait_for(
-            lambda: a.owned() | b.owned() == everything and a.owned() and b.owned(), 60, "a split", runners
+        wait_until(
+            lambda: a.owned() | b.owned() == everything and a.owned() and b.owned(),
+            60,
+            "a split",
+            logs=logs_of(runners),
         )
         ids = [f"fo-{i}-{uuid.uuid4().hex[:6]}" for i in range(50)]
         publisher = EventPublisher(settings, SingleObjectCodec())
         for i, cid in enumerate(ids):
             send(publisher, cid, task(i))
         publisher.flush()
-        wait_for(lambda: provider.get("/stats")["mutations"] >= 15, 60, "the stream under way", runners)
+        wait_until(
+            lambda: provider.get("/stats")["mutations"] >= 15,
+            60,
+            "the stream under way",
+            logs=logs_of(runners),
+        )
         victim = a
         lost = victim.owned()
         victim.signal(signal.SIGKILL)
@@ -147,19 +169,24 @@ def test_failover_50_conversations_over_2_runners_with_one_killed(
             later = [t for t in b.events("takeover") if t["at"] > killed_at]
             return b.owned() == everything and lost <= {t["partition"] for t in later}
 
-        wait_for(taken_over, 60, "B takes A's partitions over", runners)
+        wait_until(taken_over, 60, "B takes A's partitions over", logs=logs_of(runners))
         takeover = [t for t in b.events("takeover") if t["at"] > killed_at and t["partition"] in lost]
         failover = max(t["at"] for t in takeover) - killed_at
         resumed = sum(len(t["conversations"]) for t in takeover)
         print(f"\nfailover: kill -> all conversations running again: {failover:.2f}s ({resumed} resumed)")
-        wait_for(lambda: provider.get("/stats")["mutations"] >= 100, 120, "every issue created", runners)
+        wait_until(
+            lambda: provider.get("/stats")["mutations"] >= 100,
+            120,
+            "every issue created",
+            logs=logs_of(runners),
+        )
 
         def all_finished() -> dict[str, list[Any]]:
             grouped = by_conversation(records(settings, EVENTS))
             done = all(final_status(grouped.get(cid, [])) == "finished" for cid in ids)
             return grouped if done else {}
 
-        grouped = wait_for(all_finished, 120, "all 50 finished", runners)
+        grouped = wait_until(all_finished, 120, "all 50 finished", logs=logs_of(runners))
         for cid in ids:
             assert_gap_and_duplicate_free(grouped[cid], cid)
         actions = {

@@ -14,7 +14,8 @@ from convdb.producers.conversation import Conversation
 from convdb.producers.fleet.owner import PartitionOwner
 from convdb.producers.fleet.service import build_context
 from convdb.schemas import CondensationEvent, MessageEvent
-from tests.fleet._support import RunnerProc, fleet_settings, wait_for
+from tests.conftest import wait_until
+from tests.fleet._support import RunnerProc, fleet_settings
 from tests.producers._support import events
 
 pytestmark = [pytest.mark.kafka, pytest.mark.brokers]
@@ -94,7 +95,9 @@ def test_a_10k_event_conversation_restores_from_its_snapshot_and_a_short_tail(
     other = fleet_settings(settings, tmp_path / "other", snapshot_every=K)
     runner = RunnerProc(other, tmp_path / "ws", None, tmp_path / "runner.log")
     try:
-        assigned = wait_for(lambda: runner.events("assigned"), 60, "the runner's assignment", [runner])
+        assigned = wait_until(
+            lambda: runner.events("assigned"), 60, "the runner's assignment", logs=runner.logs
+        )
         reports = {r["partition"]: r for r in assigned[0]["restored"]}
         remote = reports[partition]
         assert remote["source"] == "changelog"

@@ -19,7 +19,8 @@ from convdb.infra.reader import read_topic
 from convdb.infra.settings import Settings
 from convdb.schemas import MessageEvent
 from convdb.schemas.topics import DLQ
-from tests.fleet._support import RunnerProc, fleet_settings, wait_for
+from tests.conftest import wait_until
+from tests.fleet._support import RunnerProc, fleet_settings
 from tests.producers._support import events, final_status, send
 
 pytestmark = [pytest.mark.kafka]
@@ -43,19 +44,21 @@ def test_another_tenants_inbox_records_are_refused_and_the_owner_is_served(
     ops = free_port()
     runner = RunnerProc(live, tmp_path / "ws", None, tmp_path / "runner.log", CONVDB_OPS__PORT=str(ops))
     try:
-        wait_for(lambda: final_status(live, cid) == "finished", 90, "the owner's first run", [runner])
+        wait_until(
+            lambda: final_status(live, cid) == "finished", 90, "the owner's first run", logs=runner.logs
+        )
         send(live, cid, "let me in", tenant="intruder")
         send(live, cid, "retry", command="resolve", tenant="intruder", operation_id=f"{cid}/x")
-        wait_for(lambda: len(runner.events("refused")) == 2, 120, "two refusals", [runner])
+        wait_until(lambda: len(runner.events("refused")) == 2, 120, "two refusals", logs=runner.logs)
         send(live, cid, "second, from the owner", tenant="acme")
-        wait_for(
+        wait_until(
             lambda: (
                 [e.content for e in events(live, cid) if isinstance(e, MessageEvent) and e.role == "user"]
                 == ["first, from the owner", "second, from the owner"]
             ),
             90,
             "the owner's second message appended, the intruder's not",
-            [runner],
+            logs=runner.logs,
         )
         assert {e.tenant_id for e in events(live, cid)} == {"acme"}
         dead = dead_letters(live, cid)

@@ -27,7 +27,7 @@ from convdb.infra.reader import partition_extents, read_topic
 from convdb.infra.settings import Settings
 from convdb.schemas import ExternalBatch, InboxMessage, SingleObjectCodec, StateUpdateEvent
 from convdb.schemas.topics import ALL_TOPICS
-from tests.conftest import BrokerInfo
+from tests.conftest import BrokerInfo, settings_for, wait_until
 from tests.hostile.stack import Service
 
 KEYS = {"key-acme": "acme", "key-umbrella": "umbrella"}
@@ -38,19 +38,14 @@ CODEC = SingleObjectCodec()
 
 def runner_settings(broker: BrokerInfo, root: Path, **updates: Any) -> Settings:
     """Settings of one stack: its own namespace, two tenants, the offline scripted model."""
-    settings = Settings(  # type: ignore[call-arg]
-        _env_file=None,
-        namespace=f"r{uuid.uuid4().hex[:10]}",
-        bootstrap_servers=broker.bootstrap_servers,
-        data_dir=root / "data",
+    settings = settings_for(
+        broker,
+        root / "data",
         partitions=4,
         api={"keys": KEYS, "publish_timeout_s": 15.0},
         llm={"scripted_backend": "direct"},
         dev=True,
         **updates,
-    )
-    settings = settings.model_copy(
-        update={"kafka": settings.kafka.model_copy(update={"embedded": broker.embedded})}
     )
     apply_topics(settings, ALL_TOPICS)
     return settings
@@ -104,7 +99,12 @@ class RunnerStack:
         runner.log = self.root / f"runner-{time.monotonic_ns()}.log"
         runner.start()
         wait_for_port(runner.proc, runner.ops_port or 0, 90, "the runner", runner.log)
-        self.wait(lambda: self.lines("assigned") and self.lines("assigned")[-1]["partitions"], 90, "assigned")
+        wait_until(
+            lambda: self.lines("assigned") and self.lines("assigned")[-1]["partitions"],
+            90,
+            "assigned",
+            logs=self.logs(),
+        )
 
     def kill_runner(self) -> None:
         """SIGKILL the runner (a crash) and reap it."""
@@ -143,19 +143,9 @@ class RunnerStack:
         port = self.services["runner"].ops_port
         return httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=10).text
 
-    def wait(self, condition: Callable[[], Any], timeout: float, what: str) -> Any:
-        """Poll until truthy; fail with the services' logs."""
-        deadline = time.monotonic() + timeout
-        while True:
-            value = condition()
-            if value:
-                return value
-            if time.monotonic() > deadline:
-                tails = "\n".join(
-                    f"--- {s.name}\n{s.log.read_text()[-4000:]}" for s in self.services.values()
-                )
-                raise AssertionError(f"timed out after {timeout}s waiting for {what}\n{tails}")
-            time.sleep(0.2)
+    def logs(self) -> list[Path]:
+        """Every service's current log (for a failed wait's report)."""
+        return [service.log for service in self.services.values()]
 
     # -- ways in --------------------------------------------------------------------------------
     def call(self, method: str, path: str, headers: dict[str, str], **kw: Any) -> httpx.Response:
@@ -265,7 +255,7 @@ class RunnerStack:
                 committed = consumer.committed([TopicPartition(topic, p) for p in ends], timeout=10)
                 return all(tp.offset >= ends[tp.partition] for tp in committed if ends[tp.partition] > 0)
 
-            self.wait(done, timeout, "the runner to commit every inbox record")
+            wait_until(done, timeout, "the runner to commit every inbox record", logs=self.logs())
         finally:
             consumer.close()
 

@@ -9,9 +9,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import time
 import uuid
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -22,10 +20,10 @@ from convdb.infra.kafka import apply_topics
 from convdb.infra.procs import free_port, spawn, stop_group, tail, wait_for_port
 from convdb.infra.reader import read_topic
 from convdb.infra.s3 import make_s3_client
-from convdb.infra.settings import S3Settings, Settings
+from convdb.infra.settings import Settings
 from convdb.schemas import SingleObjectCodec
 from convdb.schemas.topics import ALL_TOPICS
-from tests.conftest import BrokerInfo, S3Endpoint
+from tests.conftest import BrokerInfo, S3Endpoint, settings_for
 
 KEYS = {"key-acme": "acme", "key-umbrella": "umbrella"}
 ACME = {"X-API-Key": "key-acme"}
@@ -90,16 +88,9 @@ class Stack:
         """The end of every service's log (for failure messages)."""
         return "\n".join(f"--- {s.name}\n{tail(s.log, 25)}" for s in self.services.values())
 
-    def wait(self, condition: Callable[[], Any], timeout: float, what: str) -> Any:
-        """Poll until truthy; fail with the services' logs."""
-        deadline = time.monotonic() + timeout
-        while True:
-            value = condition()
-            if value:
-                return value
-            if time.monotonic() > deadline:
-                raise AssertionError(f"timed out after {timeout}s waiting for {what}\n{self.tails()}")
-            time.sleep(0.2)
+    def logs(self) -> list[Path]:
+        """Every service's log (for a failed wait's report)."""
+        return [service.log for service in self.services.values()]
 
     def stop(self) -> None:
         """Stop every service."""
@@ -109,23 +100,16 @@ class Stack:
 
 def stack_settings(broker: BrokerInfo, s3: S3Endpoint, store_url: str, root: Path) -> Settings:
     """Settings of one stack: its own namespace and bucket, two tenants, a registered secret."""
-    namespace = f"h{uuid.uuid4().hex[:10]}"
-    bucket = f"hostile-{namespace}"
+    bucket = f"hostile-{uuid.uuid4().hex[:10]}"
     make_s3_client(s3.endpoint_url, "us-east-1", s3.access_key_id, s3.secret_access_key).create_bucket(
         Bucket=bucket
     )
-    settings = Settings(  # type: ignore[call-arg]
-        _env_file=None,
-        namespace=namespace,
-        bootstrap_servers=broker.bootstrap_servers,
-        data_dir=root / "data",
+    settings = settings_for(
+        broker,
+        root / "data",
         store_url=store_url,
         archive_url=f"s3://{bucket}/archive",
-        s3=S3Settings(
-            endpoint_url=s3.endpoint_url,
-            access_key_id=s3.access_key_id,
-            secret_access_key=s3.secret_access_key,  # type: ignore[arg-type]
-        ),
+        s3=s3.section(),
         api={
             "keys": KEYS,
             "receipt_secrets": {"files": RECEIPT_SECRET},
@@ -137,9 +121,6 @@ def stack_settings(broker: BrokerInfo, s3: S3Endpoint, store_url: str, root: Pat
         llm={"scripted_backend": "direct"},
         secrets={REGISTERED[0]: REGISTERED[1]},
         dev=True,
-    )
-    settings = settings.model_copy(
-        update={"kafka": settings.kafka.model_copy(update={"embedded": broker.embedded})}
     )
     apply_topics(settings, ALL_TOPICS)
     return settings

@@ -26,7 +26,7 @@ from convdb.consumers.archive.target import open_target
 from convdb.infra.dlq import ERROR_CLASS
 from convdb.infra.kafka import producer_config
 from convdb.schemas import InboxMessage, MessageEvent, ObservationEvent, Receipt
-from tests.conftest import BrokerInfo, S3Endpoint
+from tests.conftest import BrokerInfo, S3Endpoint, wait_until
 from tests.consumers.conftest import drop_pg_schema, make_pg_schema, require_pg
 from tests.hostile.stack import (
     ACME,
@@ -118,9 +118,9 @@ def test_cross_tenant_attempts_on_every_endpoint(stack: Stack) -> None:
     conv = f"acme-{uuid.uuid4().hex[:8]}"
     task = 'please write a file\n!write_file {"path": "acme.txt", "content": "acme only"}'
     assert post_message(stack, conv, task, ACME) == 202
-    stack.wait(lambda: finished(stack, conv), 120, "acme's conversation to finish")
-    (operation,) = stack.wait(
-        lambda: operations_of(stack, conv, ACME), 60, "acme's operation on the read side"
+    wait_until(lambda: finished(stack, conv), 120, "acme's conversation to finish", logs=stack.logs())
+    (operation,) = wait_until(
+        lambda: operations_of(stack, conv, ACME), 60, "acme's operation on the read side", logs=stack.logs()
     )
     op = operation["operation_id"]
 
@@ -171,13 +171,17 @@ def test_the_lagging_read_side_race_and_a_foreign_producer(stack: Stack) -> None
             timestamp=datetime.now(UTC), command="message", content="intruder",
         )  # fmt: skip
         produce(stack, "inbox", lagging.encode(), CODEC.encode(intruder))
-        stack.wait(lambda: any(d.get(ERROR_CLASS) == "TenantMismatchError" for d in dead_letters(stack)), 90,
-                   "the runner to refuse the intruder")  # fmt: skip
+        wait_until(lambda: any(d.get(ERROR_CLASS) == "TenantMismatchError" for d in dead_letters(stack)), 90,
+                   "the runner to refuse the intruder", logs=stack.logs())  # fmt: skip
     finally:
         read_side.start()
-    stack.wait(lambda: finished(stack, lagging), 120, "acme's lagging conversation to show up")
+    wait_until(
+        lambda: finished(stack, lagging), 120, "acme's lagging conversation to show up", logs=stack.logs()
+    )
     winner = ACME if answers[0] == 202 else UMBRELLA
-    assert stack.wait(lambda: finished(stack, raced, winner), 120, "the race winner's conversation")
+    assert wait_until(
+        lambda: finished(stack, raced, winner), 120, "the race winner's conversation", logs=stack.logs()
+    )
     loser = UMBRELLA if winner is ACME else ACME
     assert stack.call("GET", f"/conversations/{raced}", loser).status_code == 404
 
@@ -232,11 +236,13 @@ def test_control_characters_huge_ids_and_unbounded_integers_through_every_entry_
         b"foreign",
         foreign_bytes(receipt.model_construct(**{**receipt.__dict__, "result": "\x00"})),
     )
-    stack.wait(lambda: sum(d.get(ERROR_CLASS) == "InvalidRecordError" for d in dead_letters(stack)) >= 4, 90,
-               "the foreign records in the DLQ")  # fmt: skip
+    wait_until(lambda: sum(d.get(ERROR_CLASS) == "InvalidRecordError" for d in dead_letters(stack)) >= 4, 90,
+               "the foreign records in the DLQ", logs=stack.logs())  # fmt: skip
     # Every service went on.
     assert post_message(stack, "after-poison", "still serving", ACME) == 202
-    stack.wait(lambda: finished(stack, "after-poison"), 120, "a conversation after the poison")
+    wait_until(
+        lambda: finished(stack, "after-poison"), 120, "a conversation after the poison", logs=stack.logs()
+    )
 
 
 def test_planted_secrets_reach_no_topic_store_or_archive_object(stack: Stack) -> None:
@@ -245,7 +251,9 @@ def test_planted_secrets_reach_no_topic_store_or_archive_object(stack: Stack) ->
     task = (f"use {PLANTED_IN_TASK[0]} and {PLANTED_IN_TASK[1]} and {REGISTERED[1]}\n"
             '!read_file {"path": "credentials.txt"}')  # fmt: skip
     assert post_message(stack, conv, task, ACME) == 202
-    stack.wait(lambda: finished(stack, conv), 120, "the conversation that read the credentials")
+    wait_until(
+        lambda: finished(stack, conv), 120, "the conversation that read the credentials", logs=stack.logs()
+    )
     events = [CODEC.decode(m.value()) for m in stack.records("events") if m.key() == conv.encode()]
     (observation,) = [e for e in events if isinstance(e, ObservationEvent)]
     assert "<secret:detected.private_key>" in observation.content, observation.content
@@ -254,10 +262,15 @@ def test_planted_secrets_reach_no_topic_store_or_archive_object(stack: Stack) ->
         for message in stack.records(suffix):
             blob = (message.value() or b"") + (message.key() or b"")
             assert not any(f.encode() in blob for f in FRAGMENTS), suffix
-    stack.wait(lambda: _store_holds(stack, conv), 60, "the read side to hold the conversation")
+    wait_until(
+        lambda: _store_holds(stack, conv), 60, "the read side to hold the conversation", logs=stack.logs()
+    )
     assert _store_leaks(stack) == []
-    stack.wait(
-        lambda: _archived(stack, "events") >= len(stack.records("events")), 90, "the archive to catch up"
+    wait_until(
+        lambda: _archived(stack, "events") >= len(stack.records("events")),
+        90,
+        "the archive to catch up",
+        logs=stack.logs(),
     )
     assert _archive_leaks(stack) == []
 
@@ -313,10 +326,12 @@ def test_afterwards_everything_runs_health_is_true_tenants_are_apart_nothing_los
         assert service.alive(), f"{name} died\n{stack.tails()}"
     assert stack.call("GET", "/healthz").status_code == 200
     for name in ("read-side", "archive"):
-        health = stack.wait(lambda n=name: stack.services[n].health(), 30, f"{name} /healthz")
+        health = wait_until(
+            lambda n=name: stack.services[n].health(), 30, f"{name} /healthz", logs=stack.logs()
+        )
         assert health.status_code == 200, (name, health.text)
-    read_side = stack.wait(lambda: stack.services["read-side"].health().json()["behind"] == 0 or None, 90,
-                           "the read side to catch up")  # fmt: skip
+    read_side = wait_until(lambda: stack.services["read-side"].health().json()["behind"] == 0 or None, 90,
+                           "the read side to catch up", logs=stack.logs())  # fmt: skip
     del read_side
     seen = {}
     for tenant, headers in (("acme", ACME), ("umbrella", UMBRELLA)):

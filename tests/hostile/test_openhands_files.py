@@ -23,7 +23,7 @@ import pytest
 
 from convdb.infra.reader import read_topic
 from convdb.schemas import ExternalBatch
-from tests.conftest import BrokerInfo
+from tests.conftest import BrokerInfo, wait_until
 from tests.hostile.runner_stack import ACME, CODEC, RunnerStack, openhands_id, runner_settings
 from tests.projections.openhands_mutations import nested_list
 from tests.projections.test_openhands import SAMPLE
@@ -123,7 +123,7 @@ def test_export_refuses_ids_that_cannot_name_files_before_writing_anything(
     events[1]["id"] = "../../escaped/" + uuid.uuid4().hex
     url = f"/openhands/webhooks/events/{uuid.UUID(cid).hex}"
     assert stack.call("POST", url, ACME, content=json.dumps(events)).status_code == 200
-    stack.wait(lambda: len(stack.events(cid)) >= 2, 90, "the batch appended")
+    wait_until(lambda: len(stack.events(cid)) >= 2, 90, "the batch appended", logs=stack.logs())
     out = tmp_path / "export"
     done = stack.cli("export", cid, "--format", "openhands", str(out))
     refused(done, "holds no '/'")

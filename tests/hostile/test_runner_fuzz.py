@@ -24,7 +24,7 @@ from hypothesis import strategies as st
 
 from convdb.infra.dlq import CONSUMER, ORIGINAL_OFFSET, ORIGINAL_PARTITION, ORIGINAL_TOPIC
 from convdb.infra.reader import read_topic
-from tests.conftest import BrokerInfo
+from tests.conftest import BrokerInfo, wait_until
 from tests.hostile.runner_stack import ACME, RunnerStack, on_partition, openhands_id, runner_settings
 from tests.projections.openhands_mutations import INFO, hostile_batches, hostile_infos
 
@@ -98,7 +98,12 @@ def outcomes(stack: RunnerStack, fuzzed: Fuzzed) -> Counter[str]:
 def umbrella_finishes(stack: RunnerStack, what: str) -> None:
     cid = on_partition(PARTITION, stack.settings, lambda: f"umbrella-{uuid.uuid4().hex[:8]}")
     stack.message(cid, f"hello ({what})")
-    stack.wait(lambda: stack.finished(cid), 180, f"umbrella's conversation on partition {PARTITION} ({what})")
+    wait_until(
+        lambda: stack.finished(cid),
+        180,
+        f"umbrella's conversation on partition {PARTITION} ({what})",
+        logs=stack.logs(),
+    )
 
 
 def healthy(stack: RunnerStack) -> None:

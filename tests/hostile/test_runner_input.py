@@ -22,7 +22,7 @@ import pytest
 from convdb.infra.dlq import ERROR_CLASS, ERROR_MESSAGE
 from convdb.infra.partitioner import partition_for
 from convdb.schemas import ExternalEvent, MessageEvent, Snapshot
-from tests.conftest import BrokerInfo
+from tests.conftest import BrokerInfo, wait_until
 from tests.hostile.runner_stack import (
     ACME,
     CODEC,
@@ -73,7 +73,12 @@ def umbrella_finishes(stack: RunnerStack, partition: int, what: str) -> str:
     """Another tenant's convdb conversation on `partition` gets a message and runs to the end."""
     cid = on_partition(partition, stack.settings, lambda: f"umbrella-{uuid.uuid4().hex[:8]}")
     stack.message(cid, f"hello from umbrella ({what})")
-    stack.wait(lambda: stack.finished(cid), 120, f"umbrella's conversation on partition {partition} ({what})")
+    wait_until(
+        lambda: stack.finished(cid),
+        120,
+        f"umbrella's conversation on partition {partition} ({what})",
+        logs=stack.logs(),
+    )
     return cid
 
 
@@ -110,7 +115,12 @@ def test_hostile_webhook_posts_are_refused_by_the_api_or_appended(stack: RunnerS
         answer = stack.call("POST", events_url(cid), ACME, content=json.dumps(batch))
         assert answer.status_code == 200, answer.text
         ids += [e["id"] for e in batch]
-    stack.wait(lambda: set(ids) <= {e.id for e in stack.events(cid)}, 120, "every accepted event appended")
+    wait_until(
+        lambda: set(ids) <= {e.id for e in stack.events(cid)},
+        120,
+        "every accepted event appended",
+        logs=stack.logs(),
+    )
     umbrella_finishes(stack, 1, "after the hostile posts")
     healthy(stack)
 
@@ -154,7 +164,12 @@ def test_records_too_large_for_the_broker_are_dead_lettered_and_the_text_is_stor
     big[1]["llm_message"]["content"] = [{"type": "text", "text": "x" * 800_000}]
     answer = stack.call("POST", events_url(cid), ACME, content=json.dumps(big))
     assert answer.status_code == 200, answer.text
-    stack.wait(lambda: big[1]["id"] in {e.id for e in stack.events(cid)}, 120, "the 800 kB event appended")
+    wait_until(
+        lambda: big[1]["id"] in {e.id for e in stack.events(cid)},
+        120,
+        "the 800 kB event appended",
+        logs=stack.logs(),
+    )
     message = next(e for e in stack.events(cid) if e.id == big[1]["id"])
     assert isinstance(message, MessageEvent) and len(CODEC.encode(message)) < 810_000
 
@@ -197,7 +212,7 @@ def test_records_on_the_wrong_partition_are_dead_lettered_not_run_by_a_second_wr
     assert stack.events(cid) == [] and stack.events(crc) == []
 
     stack.message(cid, "where it belongs", tenant="acme")
-    stack.wait(lambda: stack.finished(cid), 120, "the conversation run by its own runner")
+    wait_until(lambda: stack.finished(cid), 120, "the conversation run by its own runner", logs=stack.logs())
     assert stack.events_by_partition(cid) == {0}  # one writer, on the key's partition
     user = [e.content for e in stack.events(cid) if isinstance(e, MessageEvent) and e.role == "user"]
     assert user == ["where it belongs"]
@@ -232,14 +247,15 @@ def test_foreign_records_in_the_events_and_state_topics_never_stop_a_restore(sta
     for attempt in ("first", "second"):
         stack.start_runner()  # every restart reads the records again, and goes on
         stack.message(owner, f"still there? ({attempt} restart)")
-        stack.wait(
+        wait_until(
             lambda a=attempt: any(
                 isinstance(e, MessageEvent) and f"({a} restart)" in e.content for e in stack.events(owner)
             ),
             120,
             f"the owner's conversation goes on after the {attempt} restart",
+            logs=stack.logs(),
         )
-        stack.wait(lambda: stack.finished(owner), 120, "finished again")
+        wait_until(lambda: stack.finished(owner), 120, "finished again", logs=stack.logs())
         healthy(stack)
         if attempt == "first":
             stack.kill_runner()

@@ -28,19 +28,20 @@ from confluent_kafka import Producer
 from convdb.consumers.archive.container import RawRecord
 from convdb.consumers.archive.sink import ArchiveSink, StoredObject
 from convdb.consumers.archive.target import open_target
+from convdb.consumers.reconciler import CHANGELOG
 from convdb.consumers.reconciler.core import Reconciler
 from convdb.infra.dlq import ERROR_CLASS, ERROR_MESSAGE, ORIGINAL_OFFSET
-from convdb.infra.kafka import producer_config
+from convdb.infra.kafka import apply_topics, producer_config
 from convdb.infra.ops import Health
 from convdb.infra.s3 import make_s3_client
 from convdb.infra.settings import Settings
 from convdb.projections.operation import END_OF_TIME
 from convdb.schemas import ActionEvent, EffectStarted, SingleObjectCodec
-from convdb.schemas.topics import EFFECTS, EVENTS, RECEIPTS
+from convdb.schemas.topics import ALL_TOPICS, EFFECTS, EVENTS, RECEIPTS
 from tests.archive.conftest import SinkThread, archived_records, chain, publish, rotated
-from tests.conftest import BrokerInfo, S3Endpoint, wait_until
+from tests.conftest import BrokerInfo, S3Endpoint, settings_for, wait_until
 from tests.helpers import now, read_topic
-from tests.reconciler.conftest import module_settings, reconciler_proc, wait_worker_ready
+from tests.reconciler.conftest import reconciler_proc, wait_worker_ready
 from tests.reconciler.ledger import publish as publish_ledger
 from tests.reconciler.ledger import read_dlq, read_ledger, receipt_for, reconciler_records, started_operation
 
@@ -53,9 +54,10 @@ def decided(settings: Settings, operation_id: str) -> bool:
 
 
 def test_the_reconciler_survives_records_that_stopped_it(broker: BrokerInfo, tmp_path: Path) -> None:
-    settings = module_settings(
+    settings = settings_for(
         broker, tmp_path / "data", reconciler={"tick_interval_s": 0.3, "receipt_grace_s": 0.3}
     )
+    apply_topics(settings, (*ALL_TOPICS, CHANGELOG))
     worker = reconciler_proc(settings, tmp_path / "reconciler.log").start()
     try:
         wait_worker_ready(worker)
@@ -82,7 +84,7 @@ def test_the_reconciler_survives_records_that_stopped_it(broker: BrokerInfo, tmp
                 *taken_records, *ordinary_records,
             ],
         )  # fmt: skip
-        wait_until(lambda: decided(settings, ordinary), 90, f"an ordinary decision\n{worker.tail()}")
+        wait_until(lambda: decided(settings, ordinary), 90, "an ordinary decision", logs=[worker.log])
         publish_ledger(settings, [(EVENTS, takeover)])
 
         def refused() -> list[dict[str, bytes]]:
@@ -98,7 +100,7 @@ def test_the_reconciler_survives_records_that_stopped_it(broker: BrokerInfo, tmp
         wait_worker_ready(worker)
         after, after_records = started_operation(f"after-{uuid.uuid4().hex[:6]}")
         publish_ledger(settings, after_records)
-        wait_until(lambda: decided(settings, after), 90, f"a decision after the restart\n{worker.tail()}")
+        wait_until(lambda: decided(settings, after), 90, "a decision after the restart", logs=[worker.log])
         assert worker.alive, worker.tail()
         # At least once: a re-read takeover is dead-lettered again, as the same original record.
         assert {h[ORIGINAL_OFFSET] for h in refused()} == {headers[ORIGINAL_OFFSET]}
@@ -183,7 +185,7 @@ def test_a_tick_whose_transition_is_not_sent_is_on_healthz_until_one_is() -> Non
             raise ConnectionError("no broker")
         sent.append(value)
 
-    core = Reconciler(Settings(_env_file=None), SingleObjectCodec(), {}, send, {})  # type: ignore[call-arg]
+    core = Reconciler(settings_for(), SingleObjectCodec(), {}, send, {})
     op, records = started_operation("unsent")  # past its deadline: the tick decides at once
     for offset, (topic, record) in enumerate(records):
         asyncio.run(core.ingest(topic.name("t"), 0, offset, b"unsent", SingleObjectCodec().encode(record)))

@@ -16,15 +16,15 @@ import pytest
 
 from convdb.infra.secret_patterns import RULES
 from convdb.infra.secrets import SecretsRegistry, redact_patterns, triggered_rules
-from convdb.infra.settings import Settings
+from tests.conftest import settings_for
 from tests.infra.secret_samples import EXTRA, FORMATS, ORDINARY, near_misses, openhands_batch
 
 KNOWN_MISSES = {"discord_bot_token", "pgpass_line"}
 """Formats of the larger corpus with nothing to anchor a pattern on (no prefix, no key name)."""
 
-RECORD = Settings().openhands.max_record_bytes
+RECORD = settings_for().openhands.max_record_bytes
 """The largest text one `redact` call gets from the API: a webhook body is redacted record by record."""
-BODY = Settings().openhands.max_body_bytes
+BODY = settings_for().openhands.max_body_bytes
 """The API's largest body (the webhook's): what one request makes the redactor read in all."""
 CEILING = 40
 """Redaction may take this many times a plain scan of the same text (measured worst: ~12; a

@@ -10,7 +10,7 @@ from __future__ import annotations
 import signal
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
@@ -20,9 +20,8 @@ from convdb.consumers.reconciler import CHANGELOG
 from convdb.infra.dev.broker import EmbeddedBroker
 from convdb.infra.kafka import apply_topics
 from convdb.infra.procs import free_port
-from convdb.infra.settings import Settings
 from convdb.schemas.topics import ALL_TOPICS
-from tests.conftest import BrokerInfo, wait_until
+from tests.conftest import BrokerInfo, settings_for, wait_until
 from tests.reconciler.conftest import Proc, wait_worker_ready
 
 GRACE_S = 4.0
@@ -33,12 +32,6 @@ def own_broker(tmp_path: Path) -> Iterator[EmbeddedBroker]:
     """A broker of this test alone: the test takes it away."""
     with EmbeddedBroker(tmp_path / "tansu.log") as broker:
         yield broker
-
-
-@pytest.fixture
-def broker(own_broker: EmbeddedBroker) -> BrokerInfo:
-    """`make_settings` points at this test's own broker."""
-    return BrokerInfo(own_broker.bootstrap_servers, embedded=True, kind="embedded", name="own")
 
 
 def _assigned(port: int) -> bool:
@@ -63,14 +56,16 @@ SERVICES = {
 
 @pytest.mark.parametrize("command", sorted(SERVICES))
 def test_a_service_whose_brokers_are_gone_ends_within_its_stop_grace(
-    own_broker: EmbeddedBroker, make_settings: Callable[..., Settings], tmp_path: Path, command: str
+    own_broker: EmbeddedBroker, tmp_path: Path, command: str
 ) -> None:
-    settings = make_settings(
+    settings = settings_for(
+        BrokerInfo(own_broker.bootstrap_servers, embedded=True, kind="embedded", name="own"),
+        tmp_path / "data",
         partitions=2,
         store_url=f"sqlite:///{tmp_path / 'store.db'}",
         archive_url=f"file://{tmp_path / 'archive'}",
+        ops={"stop_grace_s": GRACE_S},
     )
-    settings = settings.model_copy(update={"ops": settings.ops.model_copy(update={"stop_grace_s": GRACE_S})})
     apply_topics(settings, (*ALL_TOPICS, CHANGELOG))
     port = free_port()
     env = {
@@ -91,12 +86,14 @@ def test_a_service_whose_brokers_are_gone_ends_within_its_stop_grace(
                 assert service.alive, f"{command} exited:\n{service.tail()}"
                 return _assigned(port)
 
-            wait_until(assigned, 120, f"{command} to be up and assigned")
+            wait_until(assigned, 120, f"{command} to be up and assigned", logs=[service.log])
         own_broker.stop()
         time.sleep(1.0)  # it notices: its connections fail and it starts reconnecting
         service.proc.send_signal(signal.SIGTERM)
         signalled = time.monotonic()
-        wait_until(lambda: not service.alive, GRACE_S + 20, f"{command} to end after SIGTERM")
+        wait_until(
+            lambda: not service.alive, GRACE_S + 20, f"{command} to end after SIGTERM", logs=[service.log]
+        )
         took = time.monotonic() - signalled
         log = service.log.read_text(errors="replace")
         # Either its clean stop finished without the brokers, or the deadline ended it, and said so.

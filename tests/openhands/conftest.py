@@ -28,7 +28,8 @@ from convdb.infra.reader import partition_extents, read_topic
 from convdb.infra.settings import Settings
 from convdb.schemas import ExternalBatch, SingleObjectCodec
 from convdb.schemas.topics import INBOX
-from tests.fleet._support import RunnerProc, fleet_settings, wait_for
+from tests.conftest import wait_until
+from tests.fleet._support import RunnerProc, fleet_settings
 
 HERE = Path(__file__).resolve().parent
 SHARED = Path(
@@ -144,8 +145,8 @@ class Convdb:
             stats = found.get("stats") or {}
             return found if stats.get("events", 0) >= events and found["events"] >= events else None
 
-        return wait_for(
-            ready, timeout, f"conversation {cid} with {events} events in the read side", [self.runner]
+        return wait_until(
+            ready, timeout, f"conversation {cid} with {events} events in the read side", logs=self.runner.logs
         )  # type: ignore[no-any-return]
 
     def stopped(self, cid: str, timeout: float = 120) -> dict[str, Any]:
@@ -158,7 +159,7 @@ class Convdb:
                 return None
             return found if found["execution_status"] in ("finished", "error", "stuck", "paused") else None
 
-        return wait_for(ready, timeout, f"conversation {cid} to stop", [self.runner])  # type: ignore[no-any-return]
+        return wait_until(ready, timeout, f"conversation {cid} to stop", logs=self.runner.logs)  # type: ignore[no-any-return]
 
     def runner_caught_up(self, timeout: float = 90) -> None:
         """Wait until the runner committed every inbox record written so far."""
@@ -171,7 +172,7 @@ class Convdb:
                 committed = consumer.committed([TopicPartition(topic, p) for p in ends], timeout=10)
                 return all(tp.offset >= ends[tp.partition] for tp in committed if ends[tp.partition] > 0)
 
-            wait_for(done, timeout, "the runner to commit every inbox record", [self.runner])
+            wait_until(done, timeout, "the runner to commit every inbox record", logs=self.runner.logs)
         finally:
             consumer.close()
 

@@ -20,7 +20,7 @@ from convdb.infra.reader import read_topic
 from convdb.infra.settings import Settings
 from convdb.schemas import ExternalBatch, SingleObjectCodec
 from convdb.schemas.topics import DLQ, INBOX
-from tests.fleet._support import wait_for
+from tests.conftest import wait_until
 from tests.openhands.conftest import KEY, Convdb, inbox_batches
 from tests.projections.test_openhands import SAMPLE
 
@@ -158,7 +158,9 @@ def test_other_tenants_and_user_messages_cannot_touch_an_openhands_conversation(
         b"RecordRefusedError",
     ]
     assert "belongs to another tenant" in reasons[0] and "runs in OpenHands" in reasons[1]
-    assert wait_for(lambda: convdb.get(f"/conversations/{cid}")["events"] == len(SAMPLE), 10, "no new event")
+    assert wait_until(
+        lambda: convdb.get(f"/conversations/{cid}")["events"] == len(SAMPLE), 10, "no new event"
+    )
 
 
 def test_the_lagging_read_side_race_and_pasted_credentials_on_the_webhooks(

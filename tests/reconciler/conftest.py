@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import signal
 import sys
-import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -18,7 +17,7 @@ from convdb.infra.kafka import apply_topics
 from convdb.infra.procs import free_port, spawn, stop_group, tail, wait_for_port
 from convdb.infra.settings import Settings
 from convdb.schemas.topics import ALL_TOPICS
-from tests.conftest import BrokerInfo, wait_until
+from tests.conftest import BrokerInfo, settings_for, wait_until
 from tests.producers._support import runner_cmd, send
 
 RECEIPT_SECRET = "tracker-test-secret"
@@ -69,23 +68,6 @@ class Proc:
         return tail(self.log, 30)
 
 
-def module_settings(broker: BrokerInfo, data_dir: Path, **overrides: object) -> Settings:
-    """Settings under a fresh namespace, shared by a test module, with all topics created."""
-    base: dict[str, object] = {
-        "namespace": f"t{uuid.uuid4().hex[:10]}",
-        "bootstrap_servers": broker.bootstrap_servers,
-        "data_dir": data_dir,
-        "partitions": 4,
-    }
-    base.update(overrides)
-    settings = Settings(_env_file=None, **base)  # type: ignore[call-arg]
-    settings = settings.model_copy(
-        update={"kafka": settings.kafka.model_copy(update={"embedded": broker.embedded})}
-    )
-    apply_topics(settings, (*ALL_TOPICS, CHANGELOG))
-    return settings
-
-
 def start_provider(log: Path, receipts_url: str | None = None) -> tuple[Proc, str]:
     """The demo tracker as a real process; returns it and its base URL."""
     port = free_port()
@@ -121,11 +103,7 @@ def wait_worker_ready(worker: Proc, timeout: float = 120.0) -> None:
             pytest.fail(f"reconciler exited:\n{worker.tail()}")
         return worker.log.read_text(errors="replace").count("[^Worker]: Ready") >= worker.starts
 
-    try:
-        wait_until(ready, timeout, "the reconciler worker to be ready")
-    except pytest.fail.Exception:
-        print(f"reconciler log ends:\n{worker.tail()}")
-        raise
+    wait_until(ready, timeout, "the reconciler worker to be ready", logs=[worker.log])
 
 
 @pytest.fixture(scope="module")
@@ -198,7 +176,9 @@ def system_settings(broker: BrokerInfo, root: Path, provider_url: str, **overrid
         "llm": {"scripted_backend": "direct"},
     }
     base.update(overrides)
-    return module_settings(broker, root / "data", **base)
+    settings = settings_for(broker, root / "data", **base)
+    apply_topics(settings, (*ALL_TOPICS, CHANGELOG))
+    return settings
 
 
 def start_system(broker: BrokerInfo, root: Path, procs: list[Proc], *, receipts: bool) -> System:

@@ -25,10 +25,10 @@ import pytest
 
 from convdb.infra.reader import read_topic
 from convdb.producers.crashpoints import EFFECT_POINTS
-from convdb.projections.effects import OperationStatus
-from convdb.schemas import EffectProposed, InboxMessage, StateUpdateEvent
+from convdb.projections.effects import OperationState, OperationStatus
+from convdb.schemas import EffectProposed, InboxMessage, LedgerRecord, StateUpdateEvent
 from convdb.schemas.topics import EVENTS, INBOX
-from tests.conftest import BrokerInfo
+from tests.conftest import BrokerInfo, wait_until
 from tests.helpers import now
 from tests.reconciler.conftest import Proc, System, provider_stats, start_system
 from tests.reconciler.ledger import CODEC, fold_ledger, publish, read_ledger, reconciler_records
@@ -189,15 +189,18 @@ class Chaos:
 def settle_and_check(system: System, convs: list[str]) -> dict[str, object]:
     """Wait until no operation is executing, then check the invariants; returns the figures."""
     wanted = set(convs)
-    deadline = time.monotonic() + 120
-    while True:
+    executing: list[str] = []
+
+    def settled() -> tuple[list[LedgerRecord], dict[str, OperationState]] | None:
         ledger = read_ledger(system.settings)
         states = {op: s for op, s in fold_ledger(ledger).items() if s.conversation_id in wanted}
-        executing = [op for op, s in states.items() if s.status is OperationStatus.EXECUTING]
-        if not executing or time.monotonic() > deadline:
-            break
-        time.sleep(0.5)
-    assert not executing, f"operations stuck executing past their deadline: {executing[:5]}"
+        executing[:] = [op for op, s in states.items() if s.status is OperationStatus.EXECUTING]
+        return None if executing else (ledger, states)
+
+    try:
+        ledger, states = wait_until(settled, 120, "no operation executing", interval=0.5)
+    except AssertionError as exc:
+        raise AssertionError(f"operations stuck executing past their deadline: {executing[:5]}") from exc
     by_key = {k: v for k, v in provider_stats(system.provider_url)["by_key"].items() if k in states}  # type: ignore[union-attr]
     confirmed = {op for op, s in states.items() if s.status is OperationStatus.CONFIRMED}
     assert all(count == 1 for count in by_key.values()), [k for k, v in by_key.items() if v > 1]

@@ -20,15 +20,14 @@ from confluent_kafka import Consumer, KafkaError, TopicPartition
 
 from convdb.consumers.reconciler import CHANGELOG
 from convdb.consumers.reconciler.app import faust_config
-from convdb.infra.kafka import common_config
+from convdb.infra.kafka import apply_topics, common_config
 from convdb.infra.settings import Settings
 from convdb.projections.effects import OperationStatus
 from convdb.schemas import AvroModel
-from convdb.schemas.topics import EFFECTS, RECEIPTS, Topic
-from tests.conftest import BrokerInfo, wait_until
+from convdb.schemas.topics import ALL_TOPICS, EFFECTS, RECEIPTS, Topic
+from tests.conftest import BrokerInfo, settings_for, wait_until
 from tests.reconciler.conftest import (
     Proc,
-    module_settings,
     reconciler_proc,
     start_provider,
     wait_worker_ready,
@@ -100,11 +99,12 @@ def stack(apache_broker: BrokerInfo, tmp_path: Path) -> Iterator[tuple[Settings,
     provider, url = start_provider(tmp_path / "provider.log")
     procs = [provider]
     try:
-        settings = module_settings(
+        settings = settings_for(
             apache_broker,
             tmp_path / "data",
             reconciler={"tick_interval_s": 0.3, "receipt_grace_s": 0.3, "resolver_urls": {"tracker": url}},
         )
+        apply_topics(settings, (*ALL_TOPICS, CHANGELOG))
         worker = reconciler_proc(settings, tmp_path / "reconciler.log").start()
         procs.append(worker)
         wait_worker_ready(worker)

@@ -21,7 +21,6 @@ from hypothesis import strategies as st
 from convdb.consumers.base import ConsumedRecord
 from convdb.consumers.effects import EffectsConsumer, load_operations
 from convdb.consumers.reconciler import Reconciler
-from convdb.infra.settings import Settings
 from convdb.producers.ledger import EMPTY, fold_ledger
 from convdb.projections.operation import OperationState
 from convdb.projections.settlement import next_step
@@ -37,6 +36,7 @@ from convdb.schemas import (
     SingleObjectCodec,
 )
 from convdb.schemas.topics import EFFECTS, RECEIPTS
+from tests.conftest import settings_for
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 CONV = "c-agree"
@@ -104,7 +104,7 @@ def through_reconciler(records: list[AvroModel]) -> tuple[dict[str, OperationSta
             dead.append(value)
 
     table: dict[bytes, bytes] = {}
-    core = Reconciler(Settings(_env_file=None), CODEC, table, send, {})  # type: ignore[call-arg]
+    core = Reconciler(settings_for(), CODEC, table, send, {})
 
     async def feed() -> None:
         for offset, record in enumerate(records):

@@ -11,11 +11,12 @@ from convdb.infra.procs import free_port
 from convdb.infra.settings import Settings
 from convdb.producers.tools.tracker import TrackerResolver
 from convdb.projections.effects import initial
+from tests.conftest import settings_for
 from tests.reconciler.conftest import start_provider
 
 
 def settings_with(urls: dict[str, str]) -> Settings:
-    return Settings(_env_file=None, reconciler={"resolver_urls": urls, "lookup_timeout_s": 2})  # type: ignore[call-arg]
+    return settings_for(reconciler={"resolver_urls": urls, "lookup_timeout_s": 2})
 
 
 def test_unconfigured_resolvers_are_skipped() -> None:

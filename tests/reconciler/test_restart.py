@@ -16,15 +16,15 @@ import httpx
 import pytest
 from confluent_kafka import Consumer, TopicPartition
 
-from convdb.infra.kafka import common_config
+from convdb.consumers.reconciler import CHANGELOG
+from convdb.infra.kafka import apply_topics, common_config
 from convdb.infra.reader import read_topic
 from convdb.infra.settings import Settings
 from convdb.projections.effects import OperationStatus
-from convdb.schemas.topics import EFFECTS, RECEIPTS
-from tests.conftest import BrokerInfo, wait_until
+from convdb.schemas.topics import ALL_TOPICS, EFFECTS, RECEIPTS
+from tests.conftest import BrokerInfo, settings_for, wait_until
 from tests.reconciler.conftest import (
     Proc,
-    module_settings,
     provider_stats,
     reconciler_proc,
     start_provider,
@@ -47,11 +47,12 @@ pytestmark = [pytest.mark.kafka]
 def stack(broker: BrokerInfo, module_dir: Path, procs: list[Proc]) -> Iterator[tuple[Settings, Proc, str]]:
     provider, url = start_provider(module_dir / "provider.log")
     procs.append(provider)
-    settings = module_settings(
+    settings = settings_for(
         broker,
         module_dir / "data",
         reconciler={"tick_interval_s": 0.3, "receipt_grace_s": 0.3, "resolver_urls": {"tracker": url}},
     )
+    apply_topics(settings, (*ALL_TOPICS, CHANGELOG))
     worker = reconciler_proc(settings, module_dir / "reconciler.log").start()
     procs.append(worker)
     wait_worker_ready(worker)

@@ -14,14 +14,15 @@ from pathlib import Path
 import httpx
 import pytest
 
+from convdb.consumers.reconciler import CHANGELOG
+from convdb.infra.kafka import apply_topics
 from convdb.infra.settings import Settings
 from convdb.projections.effects import OperationStatus
 from convdb.schemas import EffectConfirmed, EffectResolved, EffectUnknown
-from convdb.schemas.topics import RECEIPTS
-from tests.conftest import BrokerInfo, wait_until
+from convdb.schemas.topics import ALL_TOPICS, RECEIPTS
+from tests.conftest import BrokerInfo, settings_for, wait_until
 from tests.reconciler.conftest import (
     Proc,
-    module_settings,
     provider_stats,
     reconciler_proc,
     start_provider,
@@ -46,11 +47,12 @@ def stack(broker: BrokerInfo, module_dir: Path, procs: list[Proc]) -> Iterator[t
     """Settings, a running reconciler and the provider's URL."""
     provider, url = start_provider(module_dir / "provider.log")
     procs.append(provider)
-    settings = module_settings(
+    settings = settings_for(
         broker,
         module_dir / "data",
         reconciler={"tick_interval_s": 0.3, "receipt_grace_s": 0.5, "resolver_urls": {"tracker": url}},
     )
+    apply_topics(settings, (*ALL_TOPICS, CHANGELOG))
     worker = reconciler_proc(settings, module_dir / "reconciler.log").start()
     procs.append(worker)
     wait_worker_ready(worker)
@@ -67,11 +69,7 @@ def settled(settings: Settings, ops: list[str], worker: Proc, timeout: float = 6
         done = all(op in states and states[op].status is not OperationStatus.EXECUTING for op in ops)
         return states if done else None
 
-    try:
-        return wait_until(all_settled, timeout, f"{len(ops)} operations settled")  # type: ignore[return-value]
-    except BaseException:
-        print(worker.tail())
-        raise
+    return wait_until(all_settled, timeout, f"{len(ops)} operations settled", logs=[worker.log])  # type: ignore[return-value]
 
 
 def test_receipt_confirms_an_operation_whose_runner_died(stack: tuple[Settings, Proc, str]) -> None:
