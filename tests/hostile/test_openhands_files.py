@@ -161,4 +161,8 @@ def test_a_large_webhook_post_never_holds_the_api_event_loop(stack: RunnerStack)
     worker.join()
     ((answer, seconds),) = answers
     assert answer.status_code == 200 and answer.json()["events"] == 1000, answer.text
-    assert slowest < 0.5, f"/healthz took {slowest:.2f}s during a {seconds:.2f}s webhook post"
+    # A worker thread still holds the GIL for each C call (json.loads of the 8 MB takes a few
+    # hundred ms, more on a loaded machine), so the bound scales with the post; with the work on
+    # the event loop, /healthz waited for all of it (1.06 s of a 3 s post on an idle machine).
+    bound = max(0.5, seconds / 4)
+    assert slowest < bound, f"/healthz took {slowest:.2f}s during a {seconds:.2f}s webhook post"
