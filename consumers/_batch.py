@@ -6,7 +6,10 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import overload
 
+from sqlalchemy.engine import Connection
+
 from convdb.consumers._rows import payload_of
+from convdb.consumers.store import log_position, write_payloads
 from convdb.schemas import AvroModel, EventEnvelope
 from convdb.schemas.events import EVENT_TYPES
 
@@ -45,11 +48,12 @@ class Batch(Sequence[ConsumedRecord]):
 
     The runner hands one `Batch` to every projector it hosts, so grouping by conversation and
     the payloads of records that came without their bytes are computed once per batch (not
-    per projector, and not through module-level memos). A batch derived from it (`without`,
-    `keep`) shares the payloads.
+    per projector, and not through module-level memos), and each payload is written to the
+    store once (`store_payloads`). A batch derived from it (`without`, `keep`) shares the
+    encoded payloads, not what was written: a derived batch may follow a rolled-back savepoint.
     """
 
-    __slots__ = ("records", "_events", "_groups", "_payloads")
+    __slots__ = ("records", "_events", "_groups", "_payloads", "_stored")
 
     def __init__(self, records: Sequence[ConsumedRecord], _payloads: dict[int, bytes] | None = None) -> None:
         self.records = records
@@ -58,6 +62,8 @@ class Batch(Sequence[ConsumedRecord]):
         a cycle, which only the cyclic collector frees: every batch's records would outlive it)."""
         self._groups: dict[str, list[ConsumedRecord]] | None = None
         self._payloads: dict[int, bytes] = {} if _payloads is None else _payloads
+        self._stored: set[int] = set()
+        """`id()` of the records whose payload this batch wrote to the store."""
 
     @classmethod
     def of(cls, records: Sequence[ConsumedRecord]) -> Batch:
@@ -116,6 +122,18 @@ class Batch(Sequence[ConsumedRecord]):
             if data is None:
                 data = self._payloads[id(record.value)] = payload_of(record.value)
         return data
+
+    def store_payloads(self, connection: Connection, records: Iterable[ConsumedRecord]) -> None:
+        """Write the payloads of `records` (in the caller's transaction) that this batch has not yet
+        written: the first projector that shows an event writes it, the others find it written."""
+        stored = self._stored
+        rows = []
+        for record in records:
+            if id(record) not in stored:
+                stored.add(id(record))
+                rows.append((log_position(record.partition, record.offset), self.payload(record)))
+        if rows:
+            write_payloads(connection, rows)
 
     def keep(self, records: Sequence[ConsumedRecord]) -> Batch:
         """A batch of some of these records (sharing the per-batch work that does not depend on which)."""

@@ -6,6 +6,11 @@ to what is stored here. A projector's table layout is versioned (`projections` t
 the code's version differs from the stored one, its tables are dropped and re-created and its
 offsets deleted, so the runner rebuilds it by replay (DESIGN §8: no migrations).
 
+The events' payloads are stored once (`event_payloads`), keyed by their place in the log, and the
+projectors' rows that show an event (the views' log, the index) refer to them by the partition and
+offset they hold: one copy of each event's bytes whichever projectors hold it, written by the
+first that does (`write_payloads`), so a projector rebuilt alone refers to the same rows.
+
 Backends: a SQLite file (WAL; writers take the lock at BEGIN so two processes never deadlock
 upgrading a read lock) and PostgreSQL through psycopg 3 (offset rows locked FOR UPDATE, so a
 zombie consumer that lost a partition waits, then sees the newer offsets and skips).
@@ -68,6 +73,53 @@ projections = sa.Table(
     sa.Column("version", sa.Integer, nullable=False),
 )
 """Table-layout version of each projector whose tables exist in this store."""
+
+PARTITION_BITS = 16
+"""Bits of a log position that hold the partition (`log_position`): up to 65,536 partitions."""
+
+event_payloads = sa.Table(
+    "event_payloads",
+    metadata,
+    sa.Column(
+        "position",
+        # INTEGER on SQLite, so that the key is the table's rowid: one B-tree, appended to in log order.
+        sa.BigInteger().with_variant(sa.Integer(), "sqlite"),
+        primary_key=True,
+        autoincrement=False,
+        doc="The record's place in the events topic: `log_position(partition, offset)`.",
+    ),
+    sa.Column("payload", sa.LargeBinary, nullable=False, doc="The event, Avro single-object encoded."),
+)
+"""Every event some projector shows, once: its bytes by log position (the record at a partition and
+offset never changes, so whichever projector writes it first writes what the others would).
+A store holds the projections of one events topic."""
+
+
+def log_position(partition: int, offset: int) -> int:
+    """A record's place in the events topic as one integer: its offset, then its partition.
+
+    Offset-major, so that the partitions consumed side by side append near the end of one key range.
+
+    Raises:
+        StoreError: a partition past `PARTITION_BITS` or a negative coordinate.
+    """
+    if not 0 <= partition < 1 << PARTITION_BITS or offset < 0:
+        raise StoreError(f"partition {partition}, offset {offset}: no log position for it")
+    return offset << PARTITION_BITS | partition
+
+
+def stored_payload(table: sa.Table) -> sa.Label[bytes]:
+    """The payload of each row of `table` (found by its `partition` and `offset` columns), to select
+    as `payload`: looked up for the rows a query returns only."""
+    p = event_payloads.c
+    position = table.c.offset * (1 << PARTITION_BITS) + table.c.partition
+    return sa.select(p.payload).where(p.position == position).scalar_subquery().label("payload")
+
+
+def write_payloads(conn: Connection, rows: Sequence[tuple[int, bytes]]) -> None:
+    """Store (log position, payload) rows; those already stored are skipped (another projector's)."""
+    bulk_insert(conn, event_payloads, ("position", "payload"), rows, ignore_conflicts_on=("position",))
+
 
 TopicPartitionKey = tuple[str, str, int]
 """(projector name, topic, partition)."""

@@ -27,7 +27,7 @@ class IndexConsumer(TableProjector):
     """Projector `index`: one row per event the chain admits; a re-delivered event id is skipped."""
 
     name = "index"
-    version = 6
+    version = 7
     metadata = metadata
     digest_of = (DigestOf(events, ("event_id",), ("seq", "event_id")),)
 
@@ -44,7 +44,8 @@ class IndexConsumer(TableProjector):
             chains.advance(_admit(connection, chains.get(conv), group, skipped, rejected))
         # In log order: the time-ordered indexes take appends (grouped rows made the inserts 8% slower).
         kept = batch.events() if not skipped else [r for r in batch.events() if id(r) not in skipped]
-        bulk_insert(connection, events, COLUMNS, [row_of(r, batch) for r in kept], ignore_conflicts_on=KEY)
+        batch.store_payloads(connection, kept)
+        bulk_insert(connection, events, COLUMNS, [row_of(r) for r in kept], ignore_conflicts_on=KEY)
         chains.write(connection)
         return rejected
 
@@ -105,11 +106,11 @@ def _stored_ids(connection: Connection, state: chain.Chain, seqs: list[int]) -> 
     return set(connection.execute(query).scalars())
 
 
-def row_of(record: ConsumedRecord, batch: Batch) -> tuple[Any, ...]:
+def row_of(record: ConsumedRecord) -> tuple[Any, ...]:
     """The row of one event record, in `COLUMNS` order.
 
-    The columns are those of `convdb.projections.index.index_row` but its text, which a search
-    derives from the payload; the payload is the record's Avro bytes, as they arrived.
+    The columns are those of `convdb.projections.index.index_row` but its text and payload: the
+    payload is the store's copy (`Batch.store_payloads`), from which a search derives the text.
     """
     e: Any = record.value
     return (
@@ -123,5 +124,4 @@ def row_of(record: ConsumedRecord, batch: Batch) -> tuple[Any, ...]:
         micros(e.timestamp),
         record.partition,
         record.offset,
-        batch.payload(record),
     )
