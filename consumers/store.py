@@ -133,8 +133,12 @@ def normalize_url(url: str) -> str:
     return url
 
 
-def open_engine(url: str, *, writer: bool = True) -> Engine:
+def open_engine(url: str, *, writer: bool = True, rebuild: bool = False) -> Engine:
     """An engine for a store URL; `writer` engines take SQLite's write lock at BEGIN.
+
+    `rebuild`: for a replay into a shadow store, which is started again after a failure: SQLite
+    does not sync to disk (`REBUILD_PRAGMAS`; an OS crash may corrupt the file, a process crash
+    cannot), and checkpoints its WAL less often.
 
     Raises:
         StoreError: the URL is malformed or names a backend we do not support.
@@ -146,7 +150,7 @@ def open_engine(url: str, *, writer: bool = True) -> Engine:
         raise StoreError(f"bad store URL {url!r}: {exc}") from exc
     backend = parsed.get_backend_name()
     if backend == "sqlite":
-        return _sqlite_engine(parsed, writer)
+        return _sqlite_engine(parsed, writer, _SQLITE_PRAGMAS + (REBUILD_PRAGMAS if rebuild else ()))
     if backend == "postgresql":
         return _postgres_engine(parsed, writer)
     raise StoreError(f"unsupported store {backend!r} in {url!r}: use sqlite:/// or postgresql://")
@@ -167,9 +171,15 @@ _SQLITE_PRAGMAS = (
     "PRAGMA wal_autocheckpoint=2000",
     "PRAGMA temp_store=MEMORY",
 )
+REBUILD_PRAGMAS = (
+    "PRAGMA synchronous=OFF",
+    "PRAGMA wal_autocheckpoint=16384",
+    "PRAGMA cache_size=-262144",
+)
+"""A shadow rebuild's SQLite settings on top of the live ones: the rebuild is what gets redone."""
 
 
-def _sqlite_engine(url: sa.URL, writer: bool) -> Engine:
+def _sqlite_engine(url: sa.URL, writer: bool, pragmas: tuple[str, ...]) -> Engine:
     if url.database and url.database != ":memory:":
         Path(url.database).parent.mkdir(parents=True, exist_ok=True)
     engine = sa.create_engine(url, connect_args={"timeout": 60, "check_same_thread": False})
@@ -179,7 +189,7 @@ def _sqlite_engine(url: sa.URL, writer: bool) -> Engine:
         # Autocommit at the driver level, so that the BEGIN below is the only one emitted.
         dbapi_connection.isolation_level = None
         cursor = dbapi_connection.cursor()
-        for pragma in _SQLITE_PRAGMAS:
+        for pragma in pragmas:
             cursor.execute(pragma)
         cursor.close()
 
