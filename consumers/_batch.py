@@ -66,8 +66,8 @@ class Batch(Sequence[ConsumedRecord]):
         a cycle, which only the cyclic collector frees: every batch's records would outlive it)."""
         self._groups: dict[str, list[ConsumedRecord]] | None = None
         self._payloads: dict[int, bytes] = {} if _payloads is None else _payloads
-        self._stored: set[int] = set()
-        """`id()` of the records whose payload this batch wrote to the store."""
+        self._stored: set[int] | bool = False
+        """`id()` of the records whose payload this batch wrote to the store; True: all its events'."""
 
     @classmethod
     def of(cls, records: Sequence[ConsumedRecord]) -> Batch:
@@ -127,17 +127,26 @@ class Batch(Sequence[ConsumedRecord]):
                 data = self._payloads[id(record.value)] = payload_of(record.value)
         return data
 
-    def store_payloads(self, connection: Connection, records: Iterable[ConsumedRecord]) -> None:
+    def store_payloads(self, connection: Connection, records: Sequence[ConsumedRecord]) -> None:
         """Write the payloads of `records` (in the caller's transaction) that this batch has not yet
-        written: the first projector that shows an event writes it, the others find it written."""
-        stored = self._stored
-        rows = []
-        for record in records:
-            if id(record) not in stored:
-                stored.add(id(record))
-                rows.append((log_position(record.partition, record.offset), self.payload(record)))
-        if rows:
-            write_payloads(connection, rows)
+        written: the first projector that shows an event writes it, the others find it written.
+
+        `records` are distinct records of this batch; when they are all its events (the usual
+        case), later calls cost nothing.
+        """
+        if self._stored is True:
+            return
+        if not self._stored and len(records) == len(self.events()):
+            todo: Sequence[ConsumedRecord] = records
+            self._stored = True
+        else:
+            stored = self._stored if isinstance(self._stored, set) else set()
+            self._stored = stored
+            todo = [r for r in records if id(r) not in stored]
+            stored.update(id(r) for r in todo)
+        if todo:
+            payload = self.payload
+            write_payloads(connection, [(log_position(r.partition, r.offset), payload(r)) for r in todo])
 
     def keep(self, records: Sequence[ConsumedRecord]) -> Batch:
         """A batch of some of these records (sharing the per-batch work that does not depend on which)."""
