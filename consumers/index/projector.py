@@ -20,6 +20,7 @@ from convdb.consumers.base import Batch, ConsumedRecord, DigestOf, Rejection, Ta
 from convdb.consumers.index.tables import COLUMNS, KEY, conversations, events, metadata
 from convdb.consumers.store import bulk_insert
 from convdb.projections import chain
+from convdb.projections._sequence import ANNOTATION_SEQ
 from convdb.projections.errors import ProjectionError
 
 
@@ -70,6 +71,7 @@ def _admit(
     conv, tenant, last_seq, last_id = state
     folded: list[str] = []
     stored: set[str] | None = None
+    repeated = _repeated_annotations(connection, conv, group)
     for record in group:
         event = record.value
         if event.seq == last_seq + 1 and event.tenant_id == tenant:
@@ -86,12 +88,36 @@ def _admit(
                 rejected.append(Rejection(record, exc))
                 skipped.add(id(record))
                 continue
-            if after is None:
+            if after is None or id(record) in repeated:
                 skipped.add(id(record))
                 continue
             conv, tenant, last_seq, last_id = after
         folded.append(event.id)
     return chain.Chain(conv, tenant, last_seq, last_id)
+
+
+def _repeated_annotations(connection: Connection, conv: str, group: list[ConsumedRecord]) -> set[int]:
+    """`id()` of the group's annotations (seq 0) that the index holds already, or that an earlier record
+    of the group repeats: rows its unique key would skip, left out before their payloads are stored."""
+    annotations = [r for r in group if r.value.seq == ANNOTATION_SEQ]  # type: ignore[attr-defined]
+    if not annotations:
+        return set()
+    keys = [(r.value.tenant_id, micros(r.value.timestamp), r.value.id) for r in annotations]  # type: ignore[attr-defined]
+    c = events.c
+    query = sa.select(c.tenant_id, c.timestamp_us, c.event_id).where(
+        c.conversation_id == conv,
+        c.seq == ANNOTATION_SEQ,
+        c.tenant_id.in_({t for t, _, _ in keys}),
+        c.timestamp_us.in_({us for _, us, _ in keys}),
+        c.event_id.in_({i for _, _, i in keys}),
+    )
+    seen = {(t, us, i) for t, us, i in connection.execute(query)}
+    repeated = set()
+    for record, key in zip(annotations, keys, strict=True):
+        if key in seen:
+            repeated.add(id(record))
+        seen.add(key)
+    return repeated
 
 
 def _stored_ids(connection: Connection, state: chain.Chain, seqs: list[int]) -> set[str]:

@@ -57,7 +57,7 @@ def branch_events(
     e = events.c
     ranges = sa.or_(*(e.position.between(first, last) for first, last in segments.runs_of(positions)))
     query = sa.select(e.position, stored_payload(events)).where(e.conversation_id == conversation_id, ranges)
-    payloads: dict[int, bytes] = dict(conn.execute(query).tuples().all())
+    payloads: dict[int, bytes] = {position: payload for position, payload in conn.execute(query)}
     return [json.loads(payload_json(payloads[p])) for p in positions]
 
 
