@@ -7,6 +7,11 @@ thread through `TestClient` (`GET /conversations`: each conversation's last visi
 
 An event's latency is from just before its `publish()` call to the arrival of the first API
 response showing it: an upper bound, which includes up to one poll period (noted).
+
+Besides the fixed 1k/s and 5k/s rates, the offered rate that the target is set at is half of what
+this `convdb consume all` applies on this machine, measured in the same run (a backlog published
+at once, timed from the first publish to the last event visible in the API): a latency target at a
+fixed rate would mean something else on a machine three times slower.
 """
 
 from __future__ import annotations
@@ -32,16 +37,29 @@ POLL_PERIOD_S = 0.02
 VISIBLE_TIMEOUT_S = 120.0
 """How long every published event may take to become visible before the bench fails."""
 
+BACKLOG_S = 2.0
+"""The throughput probe's backlog: this many seconds of events at the fixed 5k/s rate, at least."""
+
 FIGURES: dict[str, tuple[str, str, str]] = {
     "e2e_p50_ms": ("produce -> visible in API at 5k events/s: p50", "ms", ""),
-    "e2e_p99_ms": ("produce -> visible in API at 5k events/s: p99", "ms", "<= 250"),
+    "e2e_p99_ms": ("produce -> visible in API at 5k events/s: p99", "ms", ""),
     "e2e_max_ms": ("produce -> visible in API at 5k events/s: max", "ms", ""),
+    "e2e_consume_all_per_s": (
+        "`convdb consume all` throughput, same run (backlog: first publish -> last visible in API)",
+        "events/s",
+        "",
+    ),
+    "e2e_offered_per_s_half": ("offered rate of the 'half' rows: half the throughput above", "events/s", ""),
 }
-for _rate in ("1k", "5k"):
+for _rate, _what in (("1k", "1k events/s"), ("5k", "5k events/s"), ("half", "half its throughput")):
     for _q in ("p50", "p99", "max"):
-        FIGURES[f"e2e_{_q}_ms_{_rate}"] = (f"produce -> visible in API at {_rate} events/s: {_q}", "ms", "")
+        FIGURES[f"e2e_{_q}_ms_{_rate}"] = (
+            f"produce -> visible in API at {_what}: {_q}",
+            "ms",
+            "<= 250" if (_rate, _q) == ("half", "p99") else "",
+        )
     FIGURES[f"e2e_achieved_per_s_{_rate}"] = (
-        f"rate the publisher achieved (offered {_rate}/s)",
+        f"rate the publisher achieved (offered {_what})",
         "events/s",
         "",
     )
@@ -65,9 +83,11 @@ def run(ctx: BenchContext) -> Figures:
         probe = Probe(settings)
         publisher = EventPublisher(settings, make_codec(settings.schema_registry_url))
         probe.warm_up(publisher, consumer, log)
+        throughput = probe.throughput(publisher, int(max(seconds, BACKLOG_S) * 5000), "tput")
+        half = max(1, int(throughput / 2))
         per_rate = {
             label: _runs(ctx, probe, publisher, rate, seconds, (consumer, log), label)
-            for rate, label in ((1000, "1k"), (5000, "5k"))
+            for rate, label in ((1000, "1k"), (5000, "5k"), (half, "half"))
         }
     finally:
         if probe is not None:
@@ -75,8 +95,14 @@ def run(ctx: BenchContext) -> Figures:
         stop_group(consumer.pid)
         drop_namespace(settings)
     figures = {f"e2e_{key}_ms": per_rate["5k"][f"e2e_{key}_ms_5k"] for key in ("p50", "p99", "max")}
+    figures["e2e_consume_all_per_s"] = throughput
+    figures["e2e_offered_per_s_half"] = float(half)
     for fragment in per_rate.values():
         figures.update(fragment)
+    print(
+        f"bench: e2e: consume all applies {throughput:,.0f} events/s; offering {half:,} events/s",
+        file=sys.stderr,
+    )
     ctx.notes.append(
         f"e2e: {seconds:.0f} s per run, {CONVERSATIONS} conversations of 1 KB agent-shaped events, "
         "`convdb consume all` child process, SQLite store, API polled in-process via TestClient; "
@@ -103,7 +129,9 @@ def _runs(
     figures[f"e2e_achieved_per_s_{label}"] = median([r["achieved"] for r in results])
     p99s = ", ".join(f"{r['p99']:.0f}" for r in results)
     poll = median([r["poll_ms"] for r in results])
-    ctx.notes.append(f"e2e {label}/s: poll period median {poll:.1f} ms; p99 per run {p99s} ms")
+    ctx.notes.append(
+        f"e2e {label} (offered {rate:,}/s): poll period median {poll:.1f} ms; p99 per run {p99s} ms"
+    )
     return figures
 
 
@@ -152,6 +180,26 @@ class Probe:
                     f"the warm-up event was not visible in the API after {timeout}s:\n{tail(log)}"
                 )
             time.sleep(0.05)
+
+    def throughput(self, publisher: EventPublisher, count: int, run: str) -> float:
+        """Events/s the consumer applies: `count` events published at once, from the first publish
+        to the API response showing the last."""
+        events = _events(run, count)
+        tally = Tally(f"{run}-", len(events))
+        poller = threading.Thread(target=self._poll, args=(tally,), name="bench-e2e-poller", daemon=True)
+        started = time.perf_counter()
+        poller.start()
+        for event in events:
+            tally.sent[(event.conversation_id, event.seq)] = started
+            publisher.publish(event)
+        publisher.flush()
+        poller.join(VISIBLE_TIMEOUT_S + 10)
+        tally.done.set()
+        if tally.errors:
+            raise BenchError(f"e2e poller failed: {tally.errors[0]}") from tally.errors[0]
+        if len(tally.seen) < len(events):
+            raise BenchError(f"e2e: {len(tally.seen)} of {len(events)} backlog events visible")
+        return len(events) / (max(tally.seen.values()) - started)
 
     def measure(self, publisher: EventPublisher, rate: int, seconds: float, run: str) -> dict[str, float]:
         """One run at `rate` events/s for `seconds`: latency percentiles in ms and the achieved rate."""

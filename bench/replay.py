@@ -7,7 +7,9 @@ projectors hosted as one (one decode and one transaction per batch, as `convdb c
 runs them), in one process and with the partitions spread over one worker process per core
 (`convdb.consumers.archive.parallel`, as `convdb replay --processes N`). Timed from the plan to the
 last commit (deferred indexes built, worker start included). All rebuilds of a run must agree
-digest for digest.
+digest for digest. Each source's ceiling is measured in the same run: one process reading every
+planned record from it as the replay does (`read_segments`) and decoding it with raw fastavro,
+nothing else; the parallel rebuild's rate is compared with it.
 """
 
 from __future__ import annotations
@@ -23,13 +25,13 @@ from typing import Any
 import sqlalchemy as sa
 
 from bench.common import BenchContext, BenchError, Figures, drop_namespace, median
-from bench.sink import interleaved, present_projectors
+from bench.sink import interleaved, present_projectors, raw_decoder
 from bench.sinkrun import fill_topic
 from convdb.consumers.archive import ArchiveConsumer
 from convdb.consumers.archive.parallel import replay_parallel
 from convdb.consumers.archive.reader import ArchiveReader
 from convdb.consumers.archive.replay import open_store, plan_replay, replay
-from convdb.consumers.archive.sources import Source, Window
+from convdb.consumers.archive.sources import Source, Window, read_segments
 from convdb.consumers.archive.target import open_target
 from convdb.consumers.base import Batch, ConsumedRecord, Projector, Rejection
 from convdb.consumers.plugins import load
@@ -44,15 +46,31 @@ FIGURES = {
     "replay_kafka_events_per_s": (
         f"replay: rebuild views+index+stats from Kafka, {PROCESSES} processes",
         "events/s",
-        ">= 50k",
+        "",
     ),
     "replay_archive_events_per_s": (
         f"replay: rebuild views+index+stats from the archive, {PROCESSES} processes",
         "events/s",
-        ">= 50k",
+        "",
     ),
     "replay_kafka_1p_events_per_s": ("replay from Kafka, one process (context)", "events/s", ""),
     "replay_archive_1p_events_per_s": ("replay from the archive, one process (context)", "events/s", ""),
+    "replay_kafka_ceiling_per_s": (
+        "read from Kafka + raw fastavro decode, one process (ceiling)",
+        "events/s",
+        "",
+    ),
+    "replay_archive_ceiling_per_s": (
+        "read from the archive + raw fastavro decode, one process (ceiling)",
+        "events/s",
+        "",
+    ),
+    "replay_kafka_ratio": (f"replay from Kafka, {PROCESSES} processes / its ceiling", "ratio", ">= 0.45"),
+    "replay_archive_ratio": (
+        f"replay from the archive, {PROCESSES} processes / its ceiling",
+        "ratio",
+        ">= 0.75",
+    ),
 }
 
 
@@ -118,6 +136,7 @@ def run(ctx: BenchContext) -> Figures:
     runs = 1 if ctx.large else ctx.repeats  # 4 rebuilds of 1M events per run: one run at that size
     rates: dict[tuple[str, int], list[float]] = {case: [] for case in cases}
     plans: dict[str, list[float]] = {"kafka": [], "archive": []}
+    ceilings: dict[str, list[float]] = {"kafka": [], "archive": []}
     try:
         fill_topic(settings, interleaved(count))
         fill_archive(settings, count, timeout=max(120.0, count / 1000))
@@ -125,6 +144,8 @@ def run(ctx: BenchContext) -> Figures:
         target, prefix = open_target(settings)
         reader = ArchiveReader(target, prefix)
         for i in range(runs):
+            for source in ceilings:
+                ceilings[source].append(read_rate(settings, make(), source, reader, count))
             digests: list[dict[str, str]] = []
             for source, processes in cases:
                 url = f"sqlite:///{settings.data_dir / f'replay-{source}-{processes}-{i}.db'}"
@@ -145,12 +166,38 @@ def run(ctx: BenchContext) -> Figures:
         f"planning took {median(plans['kafka']):.0f} ms (Kafka: fetch-reported ends) and "
         f"{median(plans['archive']):.0f} ms (archive listing)"
     )
+    ratio = {
+        source: median([r / c for r, c in zip(rates[(source, PROCESSES)], ceilings[source], strict=True)])
+        for source in ceilings
+    }
     return {
         "replay_kafka_events_per_s": median(rates[("kafka", PROCESSES)]),
         "replay_archive_events_per_s": median(rates[("archive", PROCESSES)]),
         "replay_kafka_1p_events_per_s": median(rates[("kafka", 1)]),
         "replay_archive_1p_events_per_s": median(rates[("archive", 1)]),
+        "replay_kafka_ceiling_per_s": median(ceilings["kafka"]),
+        "replay_archive_ceiling_per_s": median(ceilings["archive"]),
+        "replay_kafka_ratio": ratio["kafka"],
+        "replay_archive_ratio": ratio["archive"],
     }
+
+
+def read_rate(
+    settings: Settings, projector: ReadSide, source: Source, reader: ArchiveReader, count: int
+) -> float:
+    """Records/s of one process reading every planned record from `source` and raw-decoding it."""
+    window = Window(from_offset=0)
+    decode = raw_decoder()
+    started = time.perf_counter()
+    segments = plan_replay(settings, projector, window, source, reader if source == "archive" else None)
+    seen = 0
+    for segs in segments.values():
+        for record in read_segments(settings, reader, segs, window):
+            decode(record.value)
+            seen += 1
+    if seen != count:
+        raise BenchError(f"read {seen} of {count} records from {source}")
+    return count / (time.perf_counter() - started)
 
 
 def fill_archive(settings: Settings, count: int, timeout: float = 120.0) -> None:

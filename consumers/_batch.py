@@ -4,18 +4,25 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import overload
+from typing import NamedTuple, overload
+
+from sqlalchemy.engine import Connection
 
 from convdb.consumers._rows import payload_of
+from convdb.consumers.store import log_position, write_payloads
 from convdb.schemas import AvroModel, EventEnvelope
 from convdb.schemas.events import EVENT_TYPES
 
 _EVENT_CLASSES = frozenset(EVENT_TYPES)
 
 
-@dataclass(frozen=True, slots=True)
-class ConsumedRecord:
-    """One decoded record with its Kafka coordinates."""
+class ConsumedRecord(NamedTuple):
+    """One decoded record with its Kafka coordinates.
+
+    A NamedTuple: one is built per consumed record, and a frozen dataclass's `__init__` (a
+    `object.__setattr__` per field) cost ~5x more, a visible part of the consuming thread's time.
+    Compared and collected by identity (`id()`) where it matters, never by value.
+    """
 
     topic: str
     partition: int
@@ -45,11 +52,12 @@ class Batch(Sequence[ConsumedRecord]):
 
     The runner hands one `Batch` to every projector it hosts, so grouping by conversation and
     the payloads of records that came without their bytes are computed once per batch (not
-    per projector, and not through module-level memos). A batch derived from it (`without`,
-    `keep`) shares the payloads.
+    per projector, and not through module-level memos), and each payload is written to the
+    store once (`store_payloads`). A batch derived from it (`without`, `keep`) shares the
+    encoded payloads, not what was written: a derived batch may follow a rolled-back savepoint.
     """
 
-    __slots__ = ("records", "_events", "_groups", "_payloads")
+    __slots__ = ("records", "_events", "_groups", "_payloads", "_stored")
 
     def __init__(self, records: Sequence[ConsumedRecord], _payloads: dict[int, bytes] | None = None) -> None:
         self.records = records
@@ -58,6 +66,8 @@ class Batch(Sequence[ConsumedRecord]):
         a cycle, which only the cyclic collector frees: every batch's records would outlive it)."""
         self._groups: dict[str, list[ConsumedRecord]] | None = None
         self._payloads: dict[int, bytes] = {} if _payloads is None else _payloads
+        self._stored: set[int] | bool = False
+        """`id()` of the records whose payload this batch wrote to the store; True: all its events'."""
 
     @classmethod
     def of(cls, records: Sequence[ConsumedRecord]) -> Batch:
@@ -116,6 +126,27 @@ class Batch(Sequence[ConsumedRecord]):
             if data is None:
                 data = self._payloads[id(record.value)] = payload_of(record.value)
         return data
+
+    def store_payloads(self, connection: Connection, records: Sequence[ConsumedRecord]) -> None:
+        """Write the payloads of `records` (in the caller's transaction) that this batch has not yet
+        written: the first projector that shows an event writes it, the others find it written.
+
+        `records` are distinct records of this batch; when they are all its events (the usual
+        case), later calls cost nothing.
+        """
+        if self._stored is True:
+            return
+        if not self._stored and len(records) == len(self.events()):
+            todo: Sequence[ConsumedRecord] = records
+            self._stored = True
+        else:
+            stored = self._stored if isinstance(self._stored, set) else set()
+            self._stored = stored
+            todo = [r for r in records if id(r) not in stored]
+            stored.update(id(r) for r in todo)
+        if todo:
+            payload = self.payload
+            write_payloads(connection, [(log_position(r.partition, r.offset), payload(r)) for r in todo])
 
     def keep(self, records: Sequence[ConsumedRecord]) -> Batch:
         """A batch of some of these records (sharing the per-batch work that does not depend on which)."""

@@ -80,13 +80,37 @@ def _sqlite_insert(
     per_statement = max(1, driver.getlimit(sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER) // len(columns))  # type: ignore[union-attr]
     cursor = driver.cursor()  # type: ignore[union-attr]
     try:
-        for start in range(0, len(rows), per_statement):
-            chunk = rows[start : start + per_statement]
-            sql = _sqlite_sql(conn, table, columns, keys, replace, len(chunk))
+        start = 0
+        for size in chunk_sizes(len(rows), per_statement):
+            chunk = rows[start : start + size]
+            start += size
+            sql = _sqlite_sql(conn, table, columns, keys, replace, size)
             with _as_sqlalchemy_error(sql, sqlite3.Error):
                 cursor.execute(sql, list(itertools.chain.from_iterable(chunk)))
     finally:
         cursor.close()
+
+
+MAX_ROWS_PER_STATEMENT = 4096
+
+
+def chunk_sizes(count: int, limit: int) -> list[int]:
+    """Rows per statement for `count` rows: powers of two, at most `limit` (the driver's variable
+    limit) and `MAX_ROWS_PER_STATEMENT`, largest first.
+
+    The driver caches prepared statements by their text, and a statement of thousands of rows
+    takes long to prepare: with sizes from a fixed set, every shape is prepared once per
+    connection, whatever the batches' sizes (one statement per batch size was prepared anew for
+    nearly every batch).
+    """
+    top = 1 << (min(limit, MAX_ROWS_PER_STATEMENT).bit_length() - 1)
+    sizes = [top] * (count // top)
+    rest = count % top
+    while rest:
+        size = 1 << (rest.bit_length() - 1)
+        sizes.append(size)
+        rest -= size
+    return sizes
 
 
 @contextmanager
@@ -123,7 +147,7 @@ def _sqlite_sql(
         if keys:
             action = f"UPDATE SET {', '.join(updated)}" if updated else "NOTHING"
             sql += f" ON CONFLICT ({', '.join(quote(k) for k in keys)}) DO {action}"
-        if len(_SQL_CACHE) > 256:  # batch remainders vary in size: keep the cache bounded
+        if len(_SQL_CACHE) > 256:  # a few sizes per table (`chunk_sizes`); bounded all the same
             _SQL_CACHE.clear()
         _SQL_CACHE[cache_key] = sql
     return sql

@@ -136,6 +136,8 @@ class SingleObjectCodec(_Decoder):
     def __init__(self, catalog: SchemaCatalog | None = None) -> None:
         self.catalog = catalog or shipped_catalog()
         self._builders: dict[bytes, Build | None] = {}
+        self._writers: dict[type[AvroModel], tuple[bytes, dict[str, Any]]] = {}
+        """Per model: the header and parsed schema of its newest version (looked up once)."""
 
     def _builder(self, version: SchemaVersion) -> Build | None:
         # Only for a writer that is also the reader: then the decoded dict has the model's fields.
@@ -147,10 +149,14 @@ class SingleObjectCodec(_Decoder):
 
     def encode(self, record: AvroModel) -> bytes:
         """Encode with the newest schema version of the record's type."""
-        version = self.catalog.latest[type(record).__name__]
-        buf = BytesIO()
-        buf.write(version.header)
-        _write_payload(buf, version.parsed, record)
+        writer = self._writers.get(type(record))
+        if writer is None:
+            version = self.catalog.latest[type(record).__name__]
+            writer = self._writers[type(record)] = (version.header, version.parsed)
+        header, parsed = writer
+        buf = BytesIO(header)
+        buf.seek(len(header))
+        _write_payload(buf, parsed, record)
         return buf.getvalue()
 
     def _decode(self, data: bytes, expect: tuple[type[AvroModel], ...] | None) -> AvroModel:

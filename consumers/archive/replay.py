@@ -62,13 +62,13 @@ class ReplayResult:
 
 
 def open_store(url: str) -> Engine:
-    """An engine for a store URL that has been connected to once.
+    """An engine for a shadow store's URL (`open_engine(rebuild=True)`) that has been connected to once.
 
     Raises:
         StoreUrlError: the URL is malformed, names an unsupported backend, or cannot be reached.
     """
     try:
-        engine = open_engine(url)
+        engine = open_engine(url, rebuild=True)
         with engine.connect() as conn:
             conn.exec_driver_sql("SELECT 1")
     except StoreError as exc:

@@ -20,6 +20,7 @@ from convdb.consumers.base import Batch, ConsumedRecord, DigestOf, Rejection, Ta
 from convdb.consumers.index.tables import COLUMNS, KEY, conversations, events, metadata
 from convdb.consumers.store import bulk_insert
 from convdb.projections import chain
+from convdb.projections._sequence import ANNOTATION_SEQ
 from convdb.projections.errors import ProjectionError
 
 
@@ -27,7 +28,7 @@ class IndexConsumer(TableProjector):
     """Projector `index`: one row per event the chain admits; a re-delivered event id is skipped."""
 
     name = "index"
-    version = 6
+    version = 7
     metadata = metadata
     digest_of = (DigestOf(events, ("event_id",), ("seq", "event_id")),)
 
@@ -44,7 +45,8 @@ class IndexConsumer(TableProjector):
             chains.advance(_admit(connection, chains.get(conv), group, skipped, rejected))
         # In log order: the time-ordered indexes take appends (grouped rows made the inserts 8% slower).
         kept = batch.events() if not skipped else [r for r in batch.events() if id(r) not in skipped]
-        bulk_insert(connection, events, COLUMNS, [row_of(r, batch) for r in kept], ignore_conflicts_on=KEY)
+        batch.store_payloads(connection, kept)
+        bulk_insert(connection, events, COLUMNS, [row_of(r) for r in kept], ignore_conflicts_on=KEY)
         chains.write(connection)
         return rejected
 
@@ -69,6 +71,7 @@ def _admit(
     conv, tenant, last_seq, last_id = state
     folded: list[str] = []
     stored: set[str] | None = None
+    repeated = _repeated_annotations(connection, conv, group)
     for record in group:
         event = record.value
         if event.seq == last_seq + 1 and event.tenant_id == tenant:
@@ -85,12 +88,36 @@ def _admit(
                 rejected.append(Rejection(record, exc))
                 skipped.add(id(record))
                 continue
-            if after is None:
+            if after is None or id(record) in repeated:
                 skipped.add(id(record))
                 continue
             conv, tenant, last_seq, last_id = after
         folded.append(event.id)
     return chain.Chain(conv, tenant, last_seq, last_id)
+
+
+def _repeated_annotations(connection: Connection, conv: str, group: list[ConsumedRecord]) -> set[int]:
+    """`id()` of the group's annotations (seq 0) that the index holds already, or that an earlier record
+    of the group repeats: rows its unique key would skip, left out before their payloads are stored."""
+    annotations = [r for r in group if r.value.seq == ANNOTATION_SEQ]  # type: ignore[attr-defined]
+    if not annotations:
+        return set()
+    keys = [(r.value.tenant_id, micros(r.value.timestamp), r.value.id) for r in annotations]  # type: ignore[attr-defined]
+    c = events.c
+    query = sa.select(c.tenant_id, c.timestamp_us, c.event_id).where(
+        c.conversation_id == conv,
+        c.seq == ANNOTATION_SEQ,
+        c.tenant_id.in_({t for t, _, _ in keys}),
+        c.timestamp_us.in_({us for _, us, _ in keys}),
+        c.event_id.in_({i for _, _, i in keys}),
+    )
+    seen = {(t, us, i) for t, us, i in connection.execute(query)}
+    repeated = set()
+    for record, key in zip(annotations, keys, strict=True):
+        if key in seen:
+            repeated.add(id(record))
+        seen.add(key)
+    return repeated
 
 
 def _stored_ids(connection: Connection, state: chain.Chain, seqs: list[int]) -> set[str]:
@@ -105,11 +132,11 @@ def _stored_ids(connection: Connection, state: chain.Chain, seqs: list[int]) -> 
     return set(connection.execute(query).scalars())
 
 
-def row_of(record: ConsumedRecord, batch: Batch) -> tuple[Any, ...]:
+def row_of(record: ConsumedRecord) -> tuple[Any, ...]:
     """The row of one event record, in `COLUMNS` order.
 
-    The columns are those of `convdb.projections.index.index_row` but its text, which a search
-    derives from the payload; the payload is the record's Avro bytes, as they arrived.
+    The columns are those of `convdb.projections.index.index_row` but its text and payload: the
+    payload is the store's copy (`Batch.store_payloads`), from which a search derives the text.
     """
     e: Any = record.value
     return (
@@ -123,5 +150,4 @@ def row_of(record: ConsumedRecord, batch: Batch) -> tuple[Any, ...]:
         micros(e.timestamp),
         record.partition,
         record.offset,
-        batch.payload(record),
     )

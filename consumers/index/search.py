@@ -19,6 +19,7 @@ from sqlalchemy.engine import Connection
 from convdb.consumers._rows import event_from_payload, from_micros, micros
 from convdb.consumers.errors import QueryInputError
 from convdb.consumers.index.tables import COLUMNS, events
+from convdb.consumers.store import stored_payload
 from convdb.projections._text import shorten
 from convdb.projections.index import TEXT_LIMIT, Cursor, SearchQuery, describe, encode_cursor
 
@@ -45,7 +46,9 @@ def page_query(
 ) -> sa.Select[Any]:
     """The SELECT of one (kind, source) range: `limit + 1` rows after the cursor."""
     c = events.c
-    stmt = sa.select(*(c[name] for name in _COLUMNS)).where(c.tenant_id == query.tenant_id)
+    stmt = sa.select(*(c[name] for name in _COLUMNS), stored_payload(events)).where(
+        c.tenant_id == query.tenant_id
+    )
     if query.conversation_id is not None:
         stmt = stmt.where(c.conversation_id == query.conversation_id)
     if kind is not None:

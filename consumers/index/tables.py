@@ -7,8 +7,11 @@ order, so a page is one index range scan that stops after `limit` rows. The uniq
 (tenant, conversation, time, id) index also deduplicates a re-delivered event. The table has
 no declared primary key: SQLite keys rows by its implicit rowid (a random event-id key was
 measured 35% slower to insert into) and PostgreSQL needs none (a serial one cost 20% of the
-inserts). The display text is derived from the payload when a page is read (50 rows), not
-stored for every event.
+inserts). The payload is the store's one copy in `event_payloads`, found by partition and
+offset when a page is read; the display text is derived from it then (50 rows), not stored for
+every event. Each of the four indexes serves a search shape of the API or the console (kind:
+the console's forks and usage; source; time: a tenant's whole history, or a time range), and a
+search with both a kind and a source uses the kind's.
 """
 
 from __future__ import annotations
@@ -31,8 +34,7 @@ events = sa.Table(
     sa.Column("source", sa.String(20), nullable=False),
     sa.Column("parent_id", sa.String(200)),
     sa.Column("partition", sa.Integer, nullable=False),
-    sa.Column("offset", sa.BigInteger, nullable=False),
-    sa.Column("payload", sa.LargeBinary, nullable=False, doc="The event, Avro single-object encoded."),
+    sa.Column("offset", sa.BigInteger, nullable=False, doc="With `partition`: where its payload is stored."),
     sa.Index(
         "index_events_conv", "tenant_id", "conversation_id", "timestamp_us", "seq", "event_id", unique=True
     ),
@@ -61,6 +63,5 @@ COLUMNS = (
     "timestamp_us",
     "partition",
     "offset",
-    "payload",
 )
 """Column order of the positional rows the projector writes (`row_of`)."""

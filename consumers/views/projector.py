@@ -57,9 +57,11 @@ class _Full:
 
 @dataclass
 class _Writes:
-    """What one batch writes: log rows, conversation rows, and the refused records."""
+    """What one batch writes: log rows (and the records they log), conversation rows, and the
+    refused records."""
 
     log: list[tuple[Any, ...]] = field(default_factory=list)
+    logged: list[ConsumedRecord] = field(default_factory=list)
     rows: list[dict[str, Any]] = field(default_factory=list)
     rejected: list[Rejection] = field(default_factory=list)
 
@@ -68,7 +70,7 @@ class ViewsConsumer(TableProjector):
     """Projector `views`: the active branch of every conversation (DESIGN §8)."""
 
     name = "views"
-    version = 4
+    version = 5
     metadata = metadata
     projection = Fold(view.initial, view.fold, view.fold_all)
 
@@ -95,7 +97,8 @@ class ViewsConsumer(TableProjector):
         stored = load_rows(connection, conversations, list(groups))
         writes = _Writes()
         for conv, group in groups.items():
-            self._fold(connection, conv, group, stored.get(conv), writes, batch)
+            self._fold(connection, conv, group, stored.get(conv), writes)
+        batch.store_payloads(connection, writes.logged)
         bulk_insert(connection, events, EVENT_COLUMNS, writes.log)
         upsert(connection, conversations, writes.rows, ["conversation_id"])
         return writes.rejected
@@ -107,14 +110,14 @@ class ViewsConsumer(TableProjector):
         group: list[ConsumedRecord],
         row: Mapping[str, Any] | None,
         writes: _Writes,
-        batch: Batch,
     ) -> None:
         full = self._full(conv, row)
         start = _tip_of(conv, row)
         extended = extend_tip(start, [r.value for r in group])  # type: ignore[misc]
         if extended is not None:
             added = range(start.events, extended.events)
-            writes.log.extend(_log_row(conv, p, r, batch) for p, r in zip(added, group, strict=True))
+            writes.log.extend(_log_row(conv, p, r) for p, r in zip(added, group, strict=True))
+            writes.logged.extend(group)
             branch = segments.decode(row["branch"]) if row is not None else []
             segments.extend(branch, [p for p, r in zip(added, group, strict=True) if r.value.seq])  # type: ignore[attr-defined]
             if full is not None:  # keep a cached full state current (cheap for tail appends)
@@ -131,7 +134,7 @@ class ViewsConsumer(TableProjector):
         after, folded = fold_records(self.projection, before, group, writes.rejected)
         if after is before:
             return
-        writes.log.extend(_new_log_rows(before, after, folded, full.positions, batch))
+        _log_new(before, after, folded, full.positions, writes)
         full.state = after
         self._remember(conv, full)
         last = after.log[len(after.log) - 1]
@@ -243,27 +246,19 @@ def _row(t: Tip, branch: segments.Segments, last_timestamp: Any) -> dict[str, An
     }
 
 
-def _log_row(conv: str, position: int, record: ConsumedRecord, batch: Batch) -> tuple[Any, ...]:
+def _log_row(conv: str, position: int, record: ConsumedRecord) -> tuple[Any, ...]:
     event: Any = record.value
-    return (
-        conv,
-        position,
-        event.id,
-        event.seq,
-        micros(event.timestamp),
-        record.partition,
-        record.offset,
-        batch.payload(record),
-    )
+    return (conv, position, event.id, event.seq, micros(event.timestamp), record.partition, record.offset)
 
 
-def _new_log_rows(
+def _log_new(
     before: view.ViewState,
     after: view.ViewState,
     folded: Sequence[ConsumedRecord],
     positions: dict[str, int],
-    batch: Batch,
-) -> list[tuple[Any, ...]]:
+    writes: _Writes,
+) -> None:
+    """Log the events the fold added (each from the record that delivered it first)."""
     start = len(before.log)
     added = after.log[start:]
     if len(added) == len(folded):
@@ -274,8 +269,7 @@ def _new_log_rows(
             where.setdefault(r.value.id, r)  # type: ignore[attr-defined]  # the first delivery is the one folded
         records = [where[event.id] for event in added]
     conv = after.conversation_id
-    rows = []
     for position, event, record in zip(range(start, start + len(added)), added, records, strict=True):
         positions[event.id] = position
-        rows.append(_log_row(conv, position, record, batch))
-    return rows
+        writes.log.append(_log_row(conv, position, record))
+        writes.logged.append(record)

@@ -14,6 +14,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from convdb.consumers._rows import event_from_payload, payload_json
+from convdb.consumers.store import stored_payload
 from convdb.consumers.views import segments
 from convdb.consumers.views.tables import conversations, events
 from convdb.projections import view
@@ -55,14 +56,14 @@ def branch_events(
         return []
     e = events.c
     ranges = sa.or_(*(e.position.between(first, last) for first, last in segments.runs_of(positions)))
-    query = sa.select(e.position, e.payload).where(e.conversation_id == conversation_id, ranges)
-    payloads = dict(conn.execute(query).all())
+    query = sa.select(e.position, stored_payload(events)).where(e.conversation_id == conversation_id, ranges)
+    payloads: dict[int, bytes] = {position: payload for position, payload in conn.execute(query)}
     return [json.loads(payload_json(payloads[p])) for p in positions]
 
 
 def load_state(connection: Connection, conversation_id: str, **bounds: int) -> view.ViewState:
     """Rebuild a conversation's view from its stored log; `max_offset`/`max_timestamp_us` bound it."""
-    query = sa.select(events.c.payload).where(events.c.conversation_id == conversation_id)
+    query = sa.select(stored_payload(events)).where(events.c.conversation_id == conversation_id)
     if "max_offset" in bounds:
         query = query.where(events.c.offset <= bounds["max_offset"])
     if "max_timestamp_us" in bounds:

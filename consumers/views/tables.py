@@ -2,8 +2,9 @@
 
 The active branch is stored as runs of log positions (`convdb.consumers.views.segments`), so a
 tail append rewrites one small row. The row is also the view's tip
-(`convdb.projections.view_tip`), which is all a run of tail appends needs. Readers outside this
-package go through `convdb.consumers.views.queries`.
+(`convdb.projections.view_tip`), which is all a run of tail appends needs. The log's rows refer to
+their events' payloads in the store's `event_payloads` by partition and offset (the index refers to
+the same ones). Readers outside this package go through `convdb.consumers.views.queries`.
 """
 
 from __future__ import annotations
@@ -36,8 +37,7 @@ events = sa.Table(
     sa.Column("seq", sa.BigInteger, nullable=False),
     sa.Column("timestamp_us", sa.BigInteger, nullable=False),
     sa.Column("partition", sa.Integer, nullable=False),
-    sa.Column("offset", sa.BigInteger, nullable=False),
-    sa.Column("payload", sa.LargeBinary, nullable=False, doc="The event, Avro single-object encoded."),
+    sa.Column("offset", sa.BigInteger, nullable=False, doc="With `partition`: where its payload is stored."),
 )
 """Every event folded into a conversation's view, in fold order (rebuilds the state; 'as of T')."""
 
@@ -49,6 +49,5 @@ EVENT_COLUMNS = (
     "timestamp_us",
     "partition",
     "offset",
-    "payload",
 )
 """Column order of the positional rows the projector bulk-inserts."""

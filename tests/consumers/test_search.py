@@ -14,7 +14,7 @@ from convdb.consumers._rows import from_micros, payload_of
 from convdb.consumers.index import IndexConsumer
 from convdb.consumers.index.search import page_query, search
 from convdb.consumers.index.tables import COLUMNS, events
-from convdb.consumers.store import bulk_insert, ensure_projections, open_engine
+from convdb.consumers.store import bulk_insert, ensure_projections, log_position, open_engine, write_payloads
 from convdb.projections.index import Cursor, SearchQuery, encode_cursor
 from convdb.schemas import MessageEvent
 
@@ -23,8 +23,9 @@ SOURCES = ("user", "agent", "environment", "agent")
 T0_US = 1_750_000_000_000_000
 
 
-def fill(engine: Engine, conversation_id: str, n: int, tenant: str = "t") -> None:
-    """n index rows of one conversation, 1 ms apart, kinds and sources rotating."""
+def fill(engine: Engine, conversation_id: str, n: int, partition: int, tenant: str = "t") -> None:
+    """n index rows of one conversation, 1 ms apart, kinds and sources rotating, and their payloads
+    (at offsets 0..n-1 of `partition`)."""
     payload = payload_of(MessageEvent(
         id="m", conversation_id=conversation_id, tenant_id=tenant, seq=1, timestamp=from_micros(T0_US),
         source="user", role="user", content="x" * 200,
@@ -39,15 +40,17 @@ def fill(engine: Engine, conversation_id: str, n: int, tenant: str = "t") -> Non
             SOURCES[i % 4],
             None,
             T0_US + i * 1000,
-            0,
+            partition,
             i,
-            payload,
         )
         for i in range(n)
     ]
     with engine.begin() as conn:
         for start in range(0, n, 20000):
             bulk_insert(conn, events, COLUMNS, rows[start : start + 20000])
+            write_payloads(
+                conn, [(log_position(partition, i), payload) for i in range(start, min(n, start + 20000))]
+            )
 
 
 @pytest.fixture(scope="module")
@@ -55,9 +58,9 @@ def engine(tmp_path_factory: pytest.TempPathFactory) -> Engine:
     path: Path = tmp_path_factory.mktemp("search") / "store.db"
     eng = open_engine(f"sqlite:///{path}")
     ensure_projections(eng, [IndexConsumer()])
-    fill(eng, "small", 1_000)
-    fill(eng, "big", 100_000)
-    fill(eng, "other-tenant", 1_000, tenant="u")
+    fill(eng, "small", 1_000, 0)
+    fill(eng, "big", 100_000, 1)
+    fill(eng, "other-tenant", 1_000, 2, tenant="u")
     with eng.begin() as conn:
         conn.exec_driver_sql("ANALYZE")
     return eng

@@ -20,12 +20,22 @@ from sqlalchemy.engine import Engine
 
 from convdb.consumers import plugins
 from convdb.consumers.base import ConsumedRecord, TableProjector
+from convdb.consumers.index import search
 from convdb.consumers.stats import StatsConsumer, load_states
-from convdb.consumers.store import ensure_projections, lock_offsets, offsets, open_engine, store_offsets
+from convdb.consumers.store import (
+    ensure_projections,
+    event_payloads,
+    lock_offsets,
+    offsets,
+    open_engine,
+    store_offsets,
+)
 from convdb.consumers.titles.tables import load_states as load_titles
 from convdb.consumers.views import ViewsConsumer, load_state
+from convdb.consumers.views.queries import branch_events, branch_head
 from convdb.consumers.views.tables import conversations as views_table
 from convdb.projections import stats, titles, view
+from convdb.projections.index import SearchQuery, index_row
 from convdb.schemas.events import ActiveLeafChangedEvent, Event
 from convdb.schemas.topics import EVENTS
 from tests.consumers.builders import conversation
@@ -136,6 +146,50 @@ class StoreContract:
         with self.fresh_store() as cached, self.fresh_store() as uncached:
             assert apply_batches(cached, batches) == apply_batches(uncached, batches, views_cache=0)
             self.assert_equals_pure_folds(uncached, events)
+
+    @settings(
+        max_examples=10,
+        deadline=None,
+        suppress_health_check=[HealthCheck.too_slow, HealthCheck.differing_executors],
+    )
+    @given(
+        data=interleaved_conversations(max_conversations=3, max_size=20).flatmap(
+            lambda evs: with_redeliveries(evs).flatmap(
+                lambda full: batch_splits(len(full)).map(lambda c: (full, c))
+            )
+        )
+    )
+    def test_answers_show_each_event_from_its_one_stored_payload(
+        self, data: tuple[list[Event], list[int]]
+    ) -> None:
+        """Search and the views' branch window answer with the events themselves, as the pure folds
+        say, however the log was split and redelivered; each event's payload is stored once,
+        whichever projectors show it (redeliveries, at other offsets, are stored by none)."""
+        events, cuts = data
+        parts = split(events, cuts)
+        starts = [sum(len(x) for x in parts[:i]) for i in range(len(parts))]
+        with self.fresh_store() as engine:
+            apply_batches(engine, [records_of(b, start=s) for b, s in zip(parts, starts, strict=True)])
+            with engine.connect() as conn:
+                for conv in sorted({e.conversation_id for e in events}):
+                    self.assert_answers_as_pure_folds(conn, [e for e in events if e.conversation_id == conv])
+                stored = conn.execute(sa.select(sa.func.count()).select_from(event_payloads)).scalar()
+            assert stored == len({e.id for e in events})
+
+    @staticmethod
+    def assert_answers_as_pure_folds(conn: sa.Connection, mine: list[Event]) -> None:
+        conv, tenant = mine[0].conversation_id, mine[0].tenant_id
+        pure_view = view.fold_all(view.initial(conv), mine)
+        head = branch_head(conn, tenant, conv)
+        assert head is not None
+        shown = [json.loads(e.model_dump_json()) for e in view.active_branch(pure_view)]
+        assert branch_events(conn, conv, head.segments) == shown
+        once = list({e.id: e for e in reversed(mine)}.values())  # the first delivery of each id
+        once.sort(key=lambda e: (e.timestamp, e.conversation_id, e.seq, e.id))
+        page = search(conn, SearchQuery(tenant_id=tenant, conversation_id=conv, limit=500))
+        rows = [index_row(e) for e in once]
+        assert [json.loads(r["payload"]) for r in page.rows] == [r.payload for r in rows]
+        assert [r["text"] for r in page.rows] == [r.text for r in rows]
 
     def test_a_retried_event_with_the_leafs_id_is_folded_as_the_pure_fold_does(self) -> None:
         """The leaf's id again on the next seq: the tip sees it, the full fold ignores it."""
