@@ -121,18 +121,20 @@ def test_a_member_without_partitions_says_so_and_takes_over_when_the_owner_dies(
             # The rebalance gives the partition to either member (the range assignor sorts member ids),
             # and a joining member rightly reports while its first assignment is pending: wait for
             # one member holding the partition and the other holding none and saying so.
+            # One snapshot per member (health, partitions held, seconds without any): on a loaded
+            # machine a late rebalance can move the partition between two separate reads.
             replies = [m.healthz() or (0, {}) for m in members]
             held = [m.metric("convdb_group_assigned_partitions") for m in members]
+            idle_for = [m.metric("convdb_group_unassigned_seconds") or 0.0 for m in members]
             for owner, idle in ((0, 1), (1, 0)):
                 unassigned = replies[idle][1].get("problems", {}).get("unassigned", "")  # type: ignore[union-attr]
                 if replies[owner][0] == 200 and (held[owner] or 0) > 0 and held[idle] == 0 and unassigned:
                     assert replies[idle][0] == 503 and unassigned.startswith("no partitions assigned for")
-                    return members[owner], members[idle]
+                    if idle_for[idle] >= 2.0:
+                        return members[owner], members[idle]
             return None
 
-        owner, idle = wait_until(split, 60, "one member owning, the other reporting")  # type: ignore[misc]
-        assert (idle.metric("convdb_group_unassigned_seconds") or 0) >= 2.0
-        assert idle.metric("convdb_group_assigned_partitions") == 0
+        owner, idle = wait_until(split, 60, "one member owning, the other reporting for 2 s")  # type: ignore[misc]
         assert "no partitions assigned for" in idle.proc.log.read_text()
 
         owner.proc.kill()
