@@ -1,0 +1,164 @@
+"""Agents and tools as plug-ins: the `convdb.agents` and `convdb.tools` entry-point groups.
+
+An agent is named by its entry-point name (`[project.entry-points."convdb.agents"] triage =
+"mypkg.agent:make"`) or by `module:attr` (an importable module on the runner's path). The
+object named is an `Agent`, or a factory `make(settings) -> Agent`. `default` names the
+built-in agent (file tools, plus the tracker tools when a tracker URL is given).
+
+A `convdb.tools` entry point names a `Tool`, or a factory `make(settings) -> Tool | sequence of
+Tool`; an agent factory collects them with `installed_tools(settings, *names)`.
+
+A runner loads each agent the first time a conversation needs it and keeps it. A name that
+cannot be loaded is an error the inbox record carries to the DLQ (`UnknownAgentError`,
+`AgentLoadError`); the runner never falls back to another agent.
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import re
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from importlib.metadata import entry_points
+from typing import Any
+
+from convdb.infra.settings import Settings
+from convdb.producers.agent import Agent
+from convdb.producers.errors import AgentLoadError, UnknownAgentError
+from convdb.producers.tools.base import Tool
+
+logger = logging.getLogger(__name__)
+
+AGENTS_GROUP = "convdb.agents"
+"""Entry-point group of agents: name -> `Agent` or `make(settings) -> Agent`."""
+
+TOOLS_GROUP = "convdb.tools"
+"""Entry-point group of tools: name -> `Tool` or `make(settings) -> Tool | Sequence[Tool]`."""
+
+DEFAULT_AGENT = "default"
+"""The built-in agent's name."""
+
+_REFERENCE = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_][\w.]*$")
+
+
+def installed_agents() -> list[str]:
+    """The names of the installed agents (`convdb.agents` entry points), plus `default`."""
+    return sorted({DEFAULT_AGENT, *(ep.name for ep in entry_points(group=AGENTS_GROUP))})
+
+
+def is_agent_name(name: str) -> bool:
+    """True for a name a runner may load: `default`, an installed agent, or `module:attr`."""
+    return name == DEFAULT_AGENT or _REFERENCE.match(name) is not None or name in installed_agents()
+
+
+def _target(name: str, group: str) -> tuple[Any, str]:
+    """The object `name` refers to (an entry point of `group`, or `module:attr`), and its origin."""
+    for ep in entry_points(group=group):
+        if ep.name == name:
+            return ep.load(), ep.value
+    if _REFERENCE.match(name):
+        module, _, attr = name.partition(":")
+        obj: Any = importlib.import_module(module)
+        for part in attr.split("."):
+            obj = getattr(obj, part)
+        return obj, name
+    what = "agent" if group == AGENTS_GROUP else "tool"
+    known = installed_agents() if group == AGENTS_GROUP else sorted(ep.name for ep in entry_points(group=group))
+    raise UnknownAgentError(
+        f"unknown {what} {name!r}: not in the {group!r} entry points ({', '.join(known) or 'none'}) "
+        "and not module:attr"
+    )
+
+
+def load_agent(name: str, settings: Settings) -> Agent:
+    """The agent called `name`, built with `settings`.
+
+    Raises:
+        UnknownAgentError: no such entry point, and not `module:attr`.
+        AgentLoadError: the module, the attribute or the factory failed, or made no `Agent`.
+    """
+    try:
+        obj, origin = _target(name, AGENTS_GROUP)
+    except UnknownAgentError:
+        raise
+    except Exception as exc:
+        raise AgentLoadError(f"agent {name!r} does not load: {type(exc).__name__}: {exc}") from exc
+    try:
+        agent = obj if isinstance(obj, Agent) else obj(settings)
+    except Exception as exc:
+        raise AgentLoadError(f"agent {name!r} ({origin}): its factory raised {type(exc).__name__}: {exc}") from exc
+    if not isinstance(agent, Agent):
+        raise AgentLoadError(f"agent {name!r} ({origin}) made a {type(agent).__name__}, not a convdb.Agent")
+    return agent
+
+
+def installed_tools(settings: Settings, *names: str) -> tuple[Tool, ...]:
+    """The tools of the `convdb.tools` entry points `names` (or module:attr), built with `settings`.
+
+    Raises:
+        UnknownAgentError: a name that is not installed.
+        AgentLoadError: a tool that does not load or whose factory fails.
+    """
+    tools: list[Tool] = []
+    for name in names:
+        try:
+            obj, origin = _target(name, TOOLS_GROUP)
+            made = obj if isinstance(obj, Tool) else obj(settings)
+        except UnknownAgentError:
+            raise
+        except Exception as exc:
+            raise AgentLoadError(f"tool {name!r} does not load: {type(exc).__name__}: {exc}") from exc
+        made = (made,) if isinstance(made, Tool) else tuple(made)
+        if not all(isinstance(t, Tool) for t in made):
+            raise AgentLoadError(f"tool {name!r} ({origin}) made something that is not a convdb.Tool")
+        tools += made
+    return tuple(tools)
+
+
+@dataclass
+class AgentBook:
+    """The agents one runner serves: loaded on first use and kept, failures remembered.
+
+    `default` names the agent of a conversation whose messages name none; `model` (the
+    `--model` flag) replaces every loaded agent's model.
+    """
+
+    settings: Settings
+    builtin: Callable[[], Agent]
+    default: str = DEFAULT_AGENT
+    model: str | None = None
+    _agents: dict[str, Agent] = field(default_factory=dict)
+    _errors: dict[str, Exception] = field(default_factory=dict)
+
+    def get(self, name: str | None) -> tuple[str, Agent]:
+        """The name and agent for `name` (None: the default).
+
+        Raises:
+            UnknownAgentError, AgentLoadError: as `load_agent` (remembered: not retried).
+        """
+        name = name or self.default
+        if name in self._agents:
+            return name, self._agents[name]
+        if name in self._errors:
+            raise self._errors[name]
+        try:
+            agent = self.builtin() if name == DEFAULT_AGENT else load_agent(name, self.settings)
+        except (UnknownAgentError, AgentLoadError) as exc:
+            logger.error("agent %s: %s", name, exc)
+            self._errors[name] = exc
+            raise
+        if self.model:
+            agent = agent.model_copy(update={"model": self.model})
+        self._agents[name] = agent
+        logger.info("agent %s loaded: version %s, tools %s", name, agent.version, [t.name for t in agent.tools])
+        return name, agent
+
+    def loaded(self) -> dict[str, Agent]:
+        """The agents loaded so far, by name."""
+        return dict(self._agents)
+
+
+def tool_names(tools: Sequence[Tool]) -> tuple[str, ...]:
+    """The names of `tools`, in order."""
+    return tuple(t.name for t in tools)
