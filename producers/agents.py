@@ -17,12 +17,20 @@ from __future__ import annotations
 
 import importlib
 import logging
-import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from importlib.metadata import entry_points
 from typing import Any
 
+from convdb.infra.agent_names import (
+    AGENTS_GROUP,
+    DEFAULT_AGENT,
+    REFERENCE,
+    TOOLS_GROUP,
+    installed_agents,
+    is_agent_name,
+    unknown_agent_message,
+)
 from convdb.infra.settings import Settings
 from convdb.producers.agent import Agent
 from convdb.producers.errors import AgentLoadError, UnknownAgentError
@@ -30,44 +38,23 @@ from convdb.producers.tools.base import Tool
 
 logger = logging.getLogger(__name__)
 
-AGENTS_GROUP = "convdb.agents"
-"""Entry-point group of agents: name -> `Agent` or `make(settings) -> Agent`."""
-
-TOOLS_GROUP = "convdb.tools"
-"""Entry-point group of tools: name -> `Tool` or `make(settings) -> Tool | Sequence[Tool]`."""
-
-DEFAULT_AGENT = "default"
-"""The built-in agent's name."""
-
-_REFERENCE = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_][\w.]*$")
-
-
-def installed_agents() -> list[str]:
-    """The names of the installed agents (`convdb.agents` entry points), plus `default`."""
-    return sorted({DEFAULT_AGENT, *(ep.name for ep in entry_points(group=AGENTS_GROUP))})
-
-
-def is_agent_name(name: str) -> bool:
-    """True for a name a runner may load: `default`, an installed agent, or `module:attr`."""
-    return name == DEFAULT_AGENT or _REFERENCE.match(name) is not None or name in installed_agents()
-
 
 def _target(name: str, group: str) -> tuple[Any, str]:
     """The object `name` refers to (an entry point of `group`, or `module:attr`), and its origin."""
     for ep in entry_points(group=group):
         if ep.name == name:
             return ep.load(), ep.value
-    if _REFERENCE.match(name):
+    if REFERENCE.match(name):
         module, _, attr = name.partition(":")
         obj: Any = importlib.import_module(module)
         for part in attr.split("."):
             obj = getattr(obj, part)
         return obj, name
-    what = "agent" if group == AGENTS_GROUP else "tool"
-    known = installed_agents() if group == AGENTS_GROUP else sorted(ep.name for ep in entry_points(group=group))
+    if group == AGENTS_GROUP:
+        raise UnknownAgentError(unknown_agent_message(name))
+    known = ", ".join(sorted(ep.name for ep in entry_points(group=group))) or "none"
     raise UnknownAgentError(
-        f"unknown {what} {name!r}: not in the {group!r} entry points ({', '.join(known) or 'none'}) "
-        "and not module:attr"
+        f"unknown tool {name!r}: not in the {group!r} entry points ({known}) and not module:attr"
     )
 
 
@@ -87,7 +74,8 @@ def load_agent(name: str, settings: Settings) -> Agent:
     try:
         agent = obj if isinstance(obj, Agent) else obj(settings)
     except Exception as exc:
-        raise AgentLoadError(f"agent {name!r} ({origin}): its factory raised {type(exc).__name__}: {exc}") from exc
+        why = f"{type(exc).__name__}: {exc}"
+        raise AgentLoadError(f"agent {name!r} ({origin}): its factory raised {why}") from exc
     if not isinstance(agent, Agent):
         raise AgentLoadError(f"agent {name!r} ({origin}) made a {type(agent).__name__}, not a convdb.Agent")
     return agent
@@ -151,7 +139,7 @@ class AgentBook:
         if self.model:
             agent = agent.model_copy(update={"model": self.model})
         self._agents[name] = agent
-        logger.info("agent %s loaded: version %s, tools %s", name, agent.version, [t.name for t in agent.tools])
+        logger.info("agent %s loaded: version %s, tools %s", name, agent.version, tool_names(agent.tools))
         return name, agent
 
     def loaded(self) -> dict[str, Agent]:
@@ -162,3 +150,15 @@ class AgentBook:
 def tool_names(tools: Sequence[Tool]) -> tuple[str, ...]:
     """The names of `tools`, in order."""
     return tuple(t.name for t in tools)
+
+
+__all__ = [
+    "AGENTS_GROUP",
+    "DEFAULT_AGENT",
+    "TOOLS_GROUP",
+    "AgentBook",
+    "installed_agents",
+    "installed_tools",
+    "is_agent_name",
+    "load_agent",
+]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from convdb.infra.reader import read_topic as scan
 from convdb.schemas import InboxMessage, SingleObjectCodec
 from convdb.schemas.topics import INBOX
 from tests.api.conftest import A, B, World
@@ -152,3 +153,25 @@ def test_openapi_docs_are_served(world: World) -> None:
     assert world.client.get("/docs").status_code == 200
     paths = world.client.get("/openapi.json").json()["paths"]
     assert {"/conversations", "/conversations/{conversation_id}/view", "/events"} <= set(paths)
+
+
+def test_a_message_names_its_agent_and_an_unknown_agent_is_400(world: World) -> None:
+    refused = world.client.post(
+        "/conversations/a9/messages", json={"content": "hi", "agent": "no-such-agent"}, headers=A
+    )
+    assert refused.status_code == 400, refused.text
+    detail = refused.json()["detail"]
+    assert "unknown agent 'no-such-agent'" in detail and "default" in detail and "module:attr" in detail
+    for agent in ("default", "shop.agent:make"):
+        posted = world.client.post(
+            "/conversations/a9/messages", json={"content": "hi", "agent": agent}, headers=A
+        )
+        assert posted.status_code == 202, posted.text
+    inbox = INBOX.name(world.settings.namespace)
+    codec = SingleObjectCodec()
+    sent = [
+        codec.decode(m.value(), expect=(InboxMessage,))
+        for m in scan(world.settings, inbox)
+        if m.key() == b"a9"
+    ]
+    assert [m.agent for m in sent] == ["default", "shop.agent:make"]

@@ -24,7 +24,7 @@ def find_charge(operation_id: str) -> dict[str, Any] | None:
     return CHARGES.get(operation_id)
 
 
-@tool(effect="keyed", lookup=find_charge, receipt=lambda charge: charge["id"], target=lambda a: "pay")
+@tool(effect="keyed", lookup=find_charge, receipt=lambda charge: charge["id"], target=lambda _: "pay")
 def charge(args: ChargeArgs, operation: Operation) -> dict[str, Any]:
     """Charge a customer.
 
