@@ -86,9 +86,10 @@ class FunctionTool(Tool):
 
 
 def _lookup_caller(finder: Callable[..., Any]) -> Callable[..., Any]:
-    """`finder` called with the operation id (a parameter named `operation_id`) or the Operation."""
-    params = list(inspect.signature(finder).parameters)
-    if params and params[0] == "operation_id":
+    """`finder` called with the operation id (its first parameter is named `operation_id` or typed
+    `str`) or with the `Operation`."""
+    params = list(inspect.signature(finder).parameters.values())
+    if params and (params[0].name == "operation_id" or params[0].annotation in (str, "str")):
         return lambda operation: finder(operation.operation_id)
     return lambda operation: finder(operation)
 
@@ -162,7 +163,7 @@ def tool(
         name: the tool's name for the LLM (default: the function's name).
         description: shown to the LLM (default: the docstring's first paragraph).
         lookup: asks the provider whether an operation happened: called with the operation id
-            (when its first parameter is named `operation_id`) or the `Operation`; returns
+            (when its first parameter is named `operation_id` or typed `str`) or the `Operation`; returns
             what the function would have returned, None when provably not done, and raises
             `EffectError` when the provider cannot tell.
         receipt: the provider's receipt (e.g. a charge id) from the function's return value.
