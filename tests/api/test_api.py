@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
+from fastapi.testclient import TestClient
 
 from convdb.infra.reader import read_topic as scan
 from convdb.schemas import InboxMessage, SingleObjectCodec
 from convdb.schemas.topics import INBOX
-from tests.api.conftest import A, B, World
+from tests.api.conftest import A, B, C, World
 from tests.helpers import read_topic
 
 pytestmark = pytest.mark.kafka
@@ -175,3 +178,25 @@ def test_a_message_names_its_agent_and_an_unknown_agent_is_400(world: World) -> 
         if m.key() == b"a9"
     ]
     assert [m.agent for m in sent] == ["default", "shop.agent:make"]
+
+
+def test_a_conversation_shows_the_agent_it_runs_and_its_tools(world: World) -> None:
+    expected = {"name": "shop", "version": "0123456789abcdef", "tools": ["charge", "send_sms"]}
+    assert world.client.get("/conversations/c1", headers=C).json()["agent"] == expected
+    (listed,) = world.client.get("/conversations", headers=C).json()["conversations"]
+    assert listed["agent"] == expected
+    # A conversation whose first event names no agent (here: no system prompt at all) shows none.
+    assert world.client.get("/conversations/a1", headers=A).json()["agent"] is None
+
+
+def test_the_console_shows_the_agent_and_its_tools(world: World) -> None:
+    with TestClient(world.client.app) as console:
+        login = console.get("/console/login").text
+        token = re.search(r'name="csrf" value="([^"]+)"', login)
+        assert token, login
+        form = {"csrf": token.group(1), "api_key": "key-c", "name": ""}
+        assert console.post("/console/login", data=form, follow_redirects=False).status_code == 303
+        page = console.get("/console/conversations/c1").text
+        assert "agent <strong>shop</strong>" in page and "0123456789abcdef" in page
+        assert "tools charge, send_sms" in page
+        assert "agent shop" in console.get("/").text
