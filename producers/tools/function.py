@@ -48,7 +48,8 @@ class FunctionTool(Tool):
 
     def target(self, arguments: dict[str, Any]) -> str | None:
         """What the effect touches (the decorator's `target`)."""
-        return type(self).target_func(arguments) if type(self).target_func else None
+        describe = type(self).target_func
+        return describe(arguments) if describe is not None else None
 
     def execute(self, operation: Operation) -> ToolResult:
         """Call the function with the validated arguments; its return value becomes the result.
@@ -80,7 +81,8 @@ class FunctionTool(Tool):
     def _result(self, value: Any) -> ToolResult:
         if isinstance(value, ToolResult):
             return value
-        receipt = type(self).receipt_func(value) if type(self).receipt_func else None
+        extract = type(self).receipt_func
+        receipt = extract(value) if extract is not None else None
         content = value if isinstance(value, str) else json.dumps(value, sort_keys=True, default=str)
         return ToolResult(content, provider_receipt=None if receipt is None else str(receipt))
 
@@ -201,7 +203,7 @@ def tool(
             "timeout_s": timeout_s,
             "model_config": ConfigDict(frozen=True, extra="forbid"),
         }
-        cls = type(f"{args.__name__.removesuffix('Args')}Tool", (FunctionTool,), attrs)
+        cls: type[FunctionTool] = type(f"{args.__name__.removesuffix('Args')}Tool", (FunctionTool,), attrs)
         return cls()
 
     return wrap(func) if func is not None else wrap
