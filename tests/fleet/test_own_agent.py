@@ -179,7 +179,7 @@ def test_bad_agents_and_tools_have_their_outcome_and_the_runner_goes_on(
     send(settings, cid["ok"], "and now with another agent", agent="default")
     send(settings, cid["builtin"], '!write_file {"path": "b.txt", "content": "x"}')
     workspace = tmp_path / "ws"
-    proc = start(runner_cmd(workspace, idle_exit=3), settings, **package)
+    proc = start(runner_cmd(workspace, idle_exit=2), settings, **package)
     _, err = proc.communicate(timeout=120)
     assert proc.returncode == 0, err[-3000:]  # it served every conversation, then went idle
 
@@ -211,9 +211,25 @@ def test_bad_agents_and_tools_have_their_outcome_and_the_runner_goes_on(
 
     assert final_status(settings, cid["ok"]) == "finished"
     assert provider(package, "SELECT COUNT(*) FROM charges WHERE customer = 'cy'") == [(1,)]
+    ok_events = len(events(settings, cid["ok"]))
     builtin = events(settings, cid["builtin"])
     assert next(e for e in builtin if isinstance(e, SystemPromptEvent)).agent == "default"
     assert final_status(settings, cid["builtin"]) == "finished" and (workspace / "b.txt").read_text() == "x"
     assert {e.conversation_id for e in records(settings, EVENTS)} == {
         cid[k] for k in ("badargs", "hangs", "ok", "builtin")
     }
+
+    # A runner without the package: the restored conversation of `shop` is kept but not run; its
+    # new message goes to the DLQ with the reason, and the built-in agent's conversation goes on.
+    send(settings, cid["ok"], "one more thing")
+    send(settings, cid["builtin"], '!write_file {"path": "c.txt", "content": "y"}')
+    bare = {k: v for k, v in package.items() if k != "PYTHONPATH"}
+    proc = start(runner_cmd(workspace, idle_exit=2), settings, **bare)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 0, err[-3000:]
+    error, reason = dead_letters(settings)[cid["ok"]]
+    assert error == "AgentLoadError" and "unknown agent 'shop'" in reason, reason
+    assert final_status(settings, cid["ok"]) == "finished"
+    assert len(events(settings, cid["ok"])) == ok_events
+    assert (workspace / "c.txt").read_text() == "y"
+    assert final_status(settings, cid["builtin"]) == "finished"
