@@ -1,9 +1,12 @@
-"""The public tool and agent API (`convdb.tool`, `convdb.Tool`, `convdb.Agent`): pure unit tests."""
+"""The public tool and agent API (`convdb.tool`, `convdb.Tool`, `convdb.Agent`): unit tests, and a
+read-only tool past its timeout in a conversation on the real broker."""
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import time
+from pathlib import Path
 from typing import Any, ClassVar
 
 import pytest
@@ -11,6 +14,9 @@ from pydantic import BaseModel, Field
 
 import convdb
 from convdb import Agent, EffectError, Operation, OutcomeUnknownError, Tool, ToolArgs, ToolResult, tool
+from convdb.infra.settings import Settings
+from convdb.schemas import ObservationEvent
+from tests.producers._support import direct, events, standalone
 
 CHARGES: dict[str, dict[str, Any]] = {}
 
@@ -139,3 +145,27 @@ def test_agent_version_is_a_stable_digest_of_its_configuration() -> None:
     assert agent.tool("echo").execute(op("echo", {"text": "hi"})).content == "hi"
     with pytest.raises(Exception, match="frozen"):
         agent.model = "x"  # type: ignore[misc]
+
+
+@pytest.mark.kafka
+def test_a_read_only_tool_past_its_timeout_is_an_error_the_llm_reads(
+    settings: Settings, tmp_path: Path
+) -> None:
+    release = threading.Event()
+
+    @tool(timeout_s=0.3)
+    def lookup_stock(sku: str) -> str:
+        """Ask the warehouse (it never answers)."""
+        release.wait(10)
+        return sku
+
+    solo, publisher = standalone(direct(settings), workspace=tmp_path)
+    runtime = solo.runtime
+    runtime = dataclasses.replace(runtime, agent=Agent(model=runtime.agent.model, tools=(lookup_stock,)))
+    conv = runtime.create("ro-timeout", "t1", solo.sink)
+    conv.send_message('!lookup_stock {"sku": "A-1"}')
+    assert conv.run() == "finished"
+    release.set()
+    publisher.flush()
+    (observation,) = [e for e in events(settings, "ro-timeout") if isinstance(e, ObservationEvent)]
+    assert observation.is_error and "no answer within 0.3s" in observation.content
