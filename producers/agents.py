@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import importlib
 import logging
+import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from importlib.metadata import entry_points
@@ -118,6 +119,7 @@ class AgentBook:
     model: str | None = None
     _agents: dict[str, Agent] = field(default_factory=dict)
     _errors: dict[str, Exception] = field(default_factory=dict)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
 
     def get(self, name: str | None) -> tuple[str, Agent]:
         """The name and agent for `name` (None: the default).
@@ -126,6 +128,10 @@ class AgentBook:
             UnknownAgentError, AgentLoadError: as `load_agent` (remembered: not retried).
         """
         name = name or self.default
+        with self._lock:  # partitions' conversations may ask at once: one load per agent
+            return self._get(name)
+
+    def _get(self, name: str) -> tuple[str, Agent]:
         if name in self._agents:
             return name, self._agents[name]
         if name in self._errors:

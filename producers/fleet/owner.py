@@ -197,7 +197,11 @@ class PartitionOwner:
             UnknownAgentError, AgentLoadError: a new conversation's agent cannot be loaded.
         """
         rt = self.ctx.runtime
-        recorded = recorded_agent((*prefix, *(state.view.path if state else ())))
+        # A snapshot keeps the visible branch (the system prompt stays in it: the condenser keeps
+        # the first events) and the path after the last condensation.
+        recorded = recorded_agent(
+            (*prefix, *(state.view.visible if state else ()), *(state.view.path if state else ()))
+        )
         name = recorded[0] if recorded else agent
         try:
             name, chosen, llm = rt.agent_for(name)
