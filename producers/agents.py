@@ -72,6 +72,10 @@ def load_agent(name: str, settings: Settings) -> Agent:
         raise
     except Exception as exc:
         raise AgentLoadError(f"agent {name!r} does not load: {type(exc).__name__}: {exc}") from exc
+    if not isinstance(obj, Agent) and not callable(obj):
+        raise AgentLoadError(
+            f"agent {name!r} ({origin}) is a {type(obj).__name__}, not a convdb.Agent or a factory"
+        )
     try:
         agent = obj if isinstance(obj, Agent) else obj(settings)
     except Exception as exc:

@@ -169,3 +169,36 @@ def test_a_read_only_tool_past_its_timeout_is_an_error_the_llm_reads(
     publisher.flush()
     (observation,) = [e for e in events(settings, "ro-timeout") if isinstance(e, ObservationEvent)]
     assert observation.is_error and "no answer within 0.3s" in observation.content
+
+
+def shop_agent(settings: Settings) -> Agent:
+    """An agent factory, named as `module:attr`."""
+    return Agent(model=settings.llm.model, tools=(charge, add))
+
+
+def make_a_tool(settings: Settings) -> Tool:  # noqa: ARG001
+    return add
+
+
+def failing_agent(settings: Settings) -> Agent:  # noqa: ARG001
+    raise RuntimeError("no key")
+
+
+def test_agents_and_tools_load_by_module_attr_with_named_errors() -> None:
+    settings = Settings()
+    here = __name__
+    assert convdb.load_agent(f"{here}:shop_agent", settings).tools == (charge, add)
+    assert convdb.installed_tools(settings, f"{here}:add", f"{here}:charge") == (add, charge)
+    assert "default" in convdb.installed_agents()
+    with pytest.raises(convdb.UnknownAgentError, match="unknown agent 'nope'.*not module:attr"):
+        convdb.load_agent("nope", settings)
+    with pytest.raises(convdb.AgentLoadError, match="its factory raised RuntimeError: no key"):
+        convdb.load_agent(f"{here}:failing_agent", settings)
+    with pytest.raises(convdb.AgentLoadError, match="is a AddTool, not a convdb.Agent or a factory"):
+        convdb.load_agent(f"{here}:add", settings)
+    with pytest.raises(convdb.AgentLoadError, match="made a AddTool, not a convdb.Agent"):
+        convdb.load_agent(f"{here}:make_a_tool", settings)
+    with pytest.raises(convdb.AgentLoadError, match="does not load: ModuleNotFoundError"):
+        convdb.load_agent("no_such_module_xyz:make", settings)
+    with pytest.raises(convdb.UnknownAgentError, match="unknown tool 'nope'"):
+        convdb.installed_tools(settings, "nope")
