@@ -19,7 +19,9 @@ DEFAULT_AGENT = "default"
 """The built-in agent's name."""
 
 REFERENCE = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_][\w.]*$")
-"""`module:attr`: an agent named by where it is, importable on the runner's path."""
+"""`module:attr`: an agent named by where it is, importable on the runner's path. Only an operator
+names one (`--agent` of `convdb runner` / `convdb run`): a message may name installed agents only,
+since a runner would import and call whatever a message named."""
 
 
 def installed_agents() -> list[str]:
@@ -28,13 +30,13 @@ def installed_agents() -> list[str]:
 
 
 def is_agent_name(name: str) -> bool:
-    """True for a name a runner may load: `default`, an installed agent, or `module:attr`."""
-    return REFERENCE.match(name) is not None or name in installed_agents()
+    """True for a name a message may carry: `default` or an installed agent."""
+    return name in installed_agents()
 
 
 def unknown_agent_message(name: str) -> str:
-    """Why `name` is refused, with the names that would do."""
+    """Why a message naming `name` is refused, with the names that would do."""
     return (
-        f"unknown agent {name!r}: not in the {AGENTS_GROUP!r} entry points "
-        f"({', '.join(installed_agents())}) and not module:attr"
+        f"unknown agent {name!r}: a message names an installed agent, one of the {AGENTS_GROUP!r} entry "
+        f"points ({', '.join(installed_agents())}); module:attr is only for a runner's own --agent"
     )

@@ -1,9 +1,10 @@
 """Agents and tools as plug-ins: the `convdb.agents` and `convdb.tools` entry-point groups.
 
 An agent is named by its entry-point name (`[project.entry-points."convdb.agents"] triage =
-"mypkg.agent:make"`) or by `module:attr` (an importable module on the runner's path). The
-object named is an `Agent`, or a factory `make(settings) -> Agent`. `default` names the
-built-in agent (file tools, plus the tracker tools when a tracker URL is given).
+"mypkg.agent:make"`) or, by an operator (`--agent`), by `module:attr` (an importable module on
+the runner's path); a message names installed agents only. The object named is an `Agent`, or a
+factory `make(settings) -> Agent`. `default` names the built-in agent (file tools, plus the
+tracker tools when a tracker URL is given).
 
 A `convdb.tools` entry point names a `Tool`, or a factory `make(settings) -> Tool | sequence of
 Tool`; an agent factory collects them with `installed_tools(settings, *names)`.
@@ -51,11 +52,13 @@ def _target(name: str, group: str) -> tuple[Any, str]:
         for part in attr.split("."):
             obj = getattr(obj, part)
         return obj, name
-    if group == AGENTS_GROUP:
-        raise UnknownAgentError(unknown_agent_message(name))
-    known = ", ".join(sorted(ep.name for ep in entry_points(group=group))) or "none"
+    names = (
+        installed_agents() if group == AGENTS_GROUP else sorted(ep.name for ep in entry_points(group=group))
+    )
+    what = "agent" if group == AGENTS_GROUP else "tool"
     raise UnknownAgentError(
-        f"unknown tool {name!r}: not in the {group!r} entry points ({known}) and not module:attr"
+        f"unknown {what} {name!r}: not in the {group!r} entry points ({', '.join(names) or 'none'}) "
+        "and not module:attr"
     )
 
 
@@ -125,13 +128,18 @@ class AgentBook:
     _errors: dict[str, Exception] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
-    def get(self, name: str | None) -> tuple[str, Agent]:
-        """The name and agent for `name` (None: the default).
+    def get(self, name: str | None, *, recorded: bool = False) -> tuple[str, Agent]:
+        """The name and agent for `name` (None: the default): the default (`--agent`, which may be
+        `module:attr`) or an installed agent; any name when `recorded` (read from the conversation's
+        log, which only runners write).
 
         Raises:
             UnknownAgentError, AgentLoadError: as `load_agent` (remembered: not retried).
         """
         name = name or self.default
+        if not recorded and name != self.default and name not in installed_agents():
+            # From a message: never import and call what a message names (module:attr).
+            raise UnknownAgentError(unknown_agent_message(name))
         with self._lock:  # partitions' conversations may ask at once: one load per agent
             return self._get(name)
 

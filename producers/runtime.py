@@ -39,8 +39,11 @@ class Runtime:
     """The name `agent` (the default agent of this process) is loaded under."""
     _llms: dict[str, LLMClient] = field(default_factory=dict)
 
-    def agent_for(self, name: str | None) -> tuple[str, Agent, LLMClient]:
+    def agent_for(self, name: str | None, *, recorded: bool = False) -> tuple[str, Agent, LLMClient]:
         """The agent called `name` (None: the default), its name, and an LLM client for its model.
+
+        `recorded`: the name comes from the conversation's log (a runner wrote it), not a message:
+        it may be `module:attr`.
 
         Raises:
             UnknownAgentError, AgentLoadError: `name` cannot be loaded here.
@@ -49,7 +52,7 @@ class Runtime:
             return self.agent_name, self.agent, self.llm
         if self.agents is None:
             raise UnknownAgentError(f"unknown agent {name!r}: this runtime runs only {self.agent_name!r}")
-        name, agent = self.agents.get(name)
+        name, agent = self.agents.get(name, recorded=recorded)
         if agent.model == self.agent.model:
             return name, agent, self.llm
         if agent.model not in self._llms:

@@ -30,9 +30,9 @@ class PostMessage(BaseModel):
     sender: Sender = "user"
     agent: str | None = Field(
         None,
-        description="Agent to run the conversation: a name from the 'convdb.agents' entry points, "
-        "'module:attr', or 'default'. The first message chooses; a later one names the same or none. "
-        "None: the runner's default agent.",
+        description="Agent to run the conversation: 'default' or an agent installed with convdb (a name "
+        "from the 'convdb.agents' entry points). The first message chooses; a later one names the same "
+        "or none. None: the runner's default agent.",
         max_length=300,
     )
 
@@ -74,7 +74,7 @@ async def post_message(
     conversation_id: ConversationIdPath, body: PostMessage, tenant_id: Tenant, ctx: Ctx
 ) -> Accepted:
     """Queue a message for a conversation (it may not have started yet); 404 if another tenant owns it,
-    400 for an agent name no runner can load (not installed here, not module:attr)."""
+    400 for an agent that is not installed here (a message never names module:attr)."""
     agent = checked_agent(body.agent)
     return await send_to_inbox(
         ctx, tenant_id, conversation_id, "message", body.content, body.sender, agent=agent

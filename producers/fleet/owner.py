@@ -204,7 +204,7 @@ class PartitionOwner:
         )
         name = recorded[0] if recorded else agent
         try:
-            name, chosen, llm = rt.agent_for(name)
+            name, chosen, llm = rt.agent_for(name, recorded=recorded is not None)
         except (UnknownAgentError, AgentLoadError) as exc:
             if state is None:
                 raise

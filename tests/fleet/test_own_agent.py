@@ -170,8 +170,9 @@ def test_bad_agents_and_tools_have_their_outcome_and_the_runner_goes_on(
     settings = direct(make_settings(namespace=f"t{uuid.uuid4().hex[:10]}"), action_concurrency=1)
     apply_topics(settings)
     n = uuid.uuid4().hex[:6]
-    cid = {k: f"{k}-{n}" for k in ("unknown", "raises", "badargs", "hangs", "ok", "builtin")}
+    cid = {k: f"{k}-{n}" for k in ("unknown", "reference", "raises", "badargs", "hangs", "ok", "builtin")}
     send(settings, cid["unknown"], "hi", agent="no-such-agent")
+    send(settings, cid["reference"], "hi", agent="shopkit.agent:broken")  # importable, never imported
     send(settings, cid["raises"], "hi", agent="broken")
     send(settings, cid["badargs"], '!charge {"customer": "bob", "cents": "lots"}', agent="shop")
     send(settings, cid["hangs"], '!slow_fax {"to": "0123"}', agent="shop")
@@ -184,11 +185,13 @@ def test_bad_agents_and_tools_have_their_outcome_and_the_runner_goes_on(
     assert proc.returncode == 0, err[-3000:]  # it served every conversation, then went idle
 
     letters = dead_letters(settings)
-    assert set(letters) == {cid["unknown"], cid["raises"], cid["ok"]}
+    assert set(letters) == {cid["unknown"], cid["reference"], cid["raises"], cid["ok"]}
     assert letters[cid["unknown"]][0] == "UnknownAgentError"
     assert (
         "unknown agent 'no-such-agent'" in letters[cid["unknown"]][1] and "shop" in letters[cid["unknown"]][1]
     )
+    assert letters[cid["reference"]][0] == "UnknownAgentError"
+    assert "module:attr is only for a runner's own --agent" in letters[cid["reference"]][1]
     assert letters[cid["raises"]] == (
         "AgentLoadError",
         "agent 'broken' (shopkit.agent:broken): its factory raised RuntimeError: "
@@ -196,7 +199,7 @@ def test_bad_agents_and_tools_have_their_outcome_and_the_runner_goes_on(
     )
     assert letters[cid["ok"]][0] == "AgentMismatchError"
     assert "runs agent 'shop', not 'default'" in letters[cid["ok"]][1]
-    assert not events(settings, cid["unknown"]) and not events(settings, cid["raises"])
+    assert not any(events(settings, cid[k]) for k in ("unknown", "reference", "raises"))
 
     # Arguments the tool's model rejects: an AgentErrorEvent the LLM reads; the provider never called.
     errors = [e for e in events(settings, cid["badargs"]) if isinstance(e, AgentErrorEvent)]
