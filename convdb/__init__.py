@@ -3,6 +3,18 @@
 This module is the public surface: what a program that runs, extends or reads convdb imports.
 The packages below it (`convdb.schemas`, `convdb.projections`, `convdb.producers`,
 `convdb.consumers`, `convdb.infra`) are the implementation, laid out as DESIGN §3 describes.
+
+Writing an agent (docs/own-agent.md):
+
+- a tool is `@convdb.tool(effect=..., lookup=..., receipt=...)` over a function, or a
+  `convdb.Tool` subclass (`name`, `description`, `effect_class`, `Args`, `execute`, `lookup`);
+- its effect class is one of `EFFECT_CLASSES` (read_only, idempotent, keyed, irreversible);
+- it raises `EffectError` (definite failure) or `OutcomeUnknownError` (may have acted); the
+  runtime raises `ToolArgumentError` for arguments its `Args` model rejects;
+- an agent is a frozen `convdb.Agent(model=..., system_prompt=..., tools=(...), confirmation=...)`
+  whose `version` digests its configuration;
+- plug-ins: entry points `convdb.agents` (name -> `make(settings) -> Agent`) and `convdb.tools`
+  (name -> `make(settings) -> Tool`), or `module:attr` on `convdb run/runner --agent`.
 """
 
 from __future__ import annotations
@@ -11,9 +23,25 @@ from importlib.metadata import PackageNotFoundError, version
 
 from convdb.infra.connection import load_settings
 from convdb.infra.settings import Settings
-from convdb.producers.agent import Agent
+from convdb.producers.agent import Agent, Condenser, ConfirmationPolicy, SecurityAnalyzer
+from convdb.producers.agents import (
+    AGENTS_GROUP,
+    DEFAULT_AGENT,
+    TOOLS_GROUP,
+    installed_agents,
+    installed_tools,
+    load_agent,
+)
 from convdb.producers.conversation import Conversation
-from convdb.producers.tools.base import Tool
+from convdb.producers.errors import (
+    AgentLoadError,
+    EffectError,
+    OutcomeUnknownError,
+    ToolArgumentError,
+    UnknownAgentError,
+)
+from convdb.producers.tools.base import Operation, Tool, ToolArgs, ToolResult
+from convdb.producers.tools.function import EFFECT_CLASSES, tool
 from convdb.schemas._types import EffectClass
 
 try:
@@ -21,4 +49,31 @@ try:
 except PackageNotFoundError:  # a source tree that was never installed
     __version__ = "0+unknown"
 
-__all__ = ["Agent", "Conversation", "EffectClass", "Settings", "Tool", "__version__", "load_settings"]
+__all__ = [
+    "AGENTS_GROUP",
+    "DEFAULT_AGENT",
+    "EFFECT_CLASSES",
+    "TOOLS_GROUP",
+    "Agent",
+    "AgentLoadError",
+    "Condenser",
+    "ConfirmationPolicy",
+    "Conversation",
+    "EffectClass",
+    "EffectError",
+    "Operation",
+    "OutcomeUnknownError",
+    "SecurityAnalyzer",
+    "Settings",
+    "Tool",
+    "ToolArgs",
+    "ToolArgumentError",
+    "ToolResult",
+    "UnknownAgentError",
+    "__version__",
+    "installed_agents",
+    "installed_tools",
+    "load_agent",
+    "load_settings",
+    "tool",
+]

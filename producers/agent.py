@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Sequence
 from typing import Any, Literal, Protocol, TypeVar
 
@@ -122,7 +123,12 @@ def _unsplit_cut(view: Sequence[Event], start: int, cut: int) -> int:
 
 
 class Agent(Frozen):
-    """Model, tools, prompt and policies; holds no conversation state."""
+    """Model, tools, prompt and policies; holds no conversation state.
+
+    Frozen: build one per configuration (`Agent(model=..., system_prompt=..., tools=(...))`) and
+    hand it to the runtime, or register a factory in the `convdb.agents` entry-point group.
+    `version` identifies the configuration.
+    """
 
     model: str = SCRIPTED_MODEL
     system_prompt: str = DEFAULT_PROMPT
@@ -130,6 +136,28 @@ class Agent(Frozen):
     condenser: Condenser = Field(default_factory=Condenser)
     confirmation: ConfirmationPolicy = Field(default_factory=ConfirmationPolicy)
     security: SecurityAnalyzer = Field(default_factory=SecurityAnalyzer)
+
+    @property
+    def version(self) -> str:
+        """A stable digest of this configuration (16 hex digits).
+
+        Equal for equal configurations in any process: the model, the prompt, the policies and,
+        for each tool, its name, class, effect class, lookup, argument schema and settings. A
+        conversation records the version it started under (`SystemPromptEvent.agent_version`).
+        """
+        tools = [
+            {
+                "class": f"{type(t).__module__}.{type(t).__qualname__}",
+                "spec": t.spec(),
+                "effect_class": t.effect_class,
+                "lookup": t.supports_lookup,
+                "config": t.model_dump(mode="json"),
+            }
+            for t in self.tools
+        ]
+        config = self.model_dump(mode="json", exclude={"tools"})
+        text = canonical_json({"agent": config, "tools": tools})
+        return hashlib.sha256(text.encode()).hexdigest()[:16]
 
     def tool(self, name: str) -> Tool:
         """The tool called `name`; raises `ToolArgumentError` when there is none."""

@@ -92,12 +92,13 @@ class Conversation:
         book: SnapshotBook | None = None,
         prefix: Sequence[Event] = (),
         metrics: RunnerMetrics = NO_METRICS,
+        agent_name: str = "default",
     ) -> None:
         self.conversation_id = conversation_id
         self.tenant_id = tenant_id
         self.sink = sink
         self.services = Services(
-            agent, llm, runtime or RuntimeSettings(), secrets or SecretsRegistry(), crash, metrics
+            agent, llm, runtime or RuntimeSettings(), secrets or SecretsRegistry(), crash, metrics, agent_name
         )
         self.positions = positions or LogPositions()
         self.book: SnapshotBook = book or SoloBook()
@@ -321,7 +322,7 @@ class Conversation:
         child = Conversation(
             conversation_id, self.tenant_id, services.agent, self.sink, services.llm,
             runtime=services.runtime, secrets=services.secrets, crash=services.crash,
-            metrics=services.metrics,
+            metrics=services.metrics, agent_name=services.agent_name,
             prefix=(*self.loop.prefix, *path_to_root(self._state.view, source_event)),
         )  # fmt: skip
         child.commit(

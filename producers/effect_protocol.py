@@ -82,7 +82,11 @@ class EffectProtocol:
             return self._finish(action, prepared)
         tool, args = prepared
         if tool.effect_class == "read_only":
-            result = self._call(tool, rec.operation(self.writer, action, args, 1))
+            try:
+                result = self._call(tool, rec.operation(self.writer, action, args, 1))
+            except OutcomeUnknownError as exc:
+                # Nothing was changed either way: a read that did not answer is a failed read.
+                result = ToolResult(str(exc), is_error=True)
             return self._finish(action, result, ledger=False)
         self.services.crash.hit("after_effect_proposed", tool.name)
         return self._attempt(action, tool, args)

@@ -51,3 +51,15 @@ class RecordTooLargeError(RecordRefusedError):
 
 class RecordFailedError(RecordRefusedError):
     """Handling an inbox record raised an error nobody foresaw; it goes to the DLQ with that error."""
+
+
+class UnknownAgentError(RecordRefusedError):
+    """An agent name that is neither installed (`convdb.agents` entry points) nor `module:attr`."""
+
+
+class AgentLoadError(RecordRefusedError):
+    """An agent's factory (or its module) raised, or returned something that is not an Agent."""
+
+
+class AgentMismatchError(RecordRefusedError):
+    """An inbox record naming another agent than the one its conversation runs."""

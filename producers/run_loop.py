@@ -66,7 +66,12 @@ class RunLoop:
             self.writer.commit(
                 lambda: [
                     self.writer.new(
-                        SystemPromptEvent, source="agent", content=agent.system_prompt, tools=tools
+                        SystemPromptEvent,
+                        source="agent",
+                        content=agent.system_prompt,
+                        tools=tools,
+                        agent=self.services.agent_name,
+                        agent_version=agent.version,
                     )
                 ]
             )

@@ -12,8 +12,10 @@ from pathlib import Path
 
 from convdb.infra.settings import Settings
 from convdb.producers.agent import Agent, ConfirmationPolicy
+from convdb.producers.agents import DEFAULT_AGENT, AgentBook
 from convdb.producers.conversation import Conversation
 from convdb.producers.crashpoints import NO_CRASH, CrashPoints
+from convdb.producers.errors import UnknownAgentError
 from convdb.producers.llm import LitellmClient, LLMClient, make_llm
 from convdb.producers.secrets import SecretsRegistry
 from convdb.producers.sink import RecordSink
@@ -31,6 +33,31 @@ class Runtime:
     llm: LLMClient
     secrets: SecretsRegistry = field(default_factory=SecretsRegistry)
     crash: CrashPoints = NO_CRASH
+    agents: AgentBook | None = None
+    """The agents conversations may name (None: only `agent`, under the name `default`)."""
+    agent_name: str = DEFAULT_AGENT
+    """The name `agent` (the default agent of this process) is loaded under."""
+    _llms: dict[str, LLMClient] = field(default_factory=dict)
+
+    def agent_for(self, name: str | None, *, recorded: bool = False) -> tuple[str, Agent, LLMClient]:
+        """The agent called `name` (None: the default), its name, and an LLM client for its model.
+
+        `recorded`: the name comes from the conversation's log (a runner wrote it), not a message:
+        it may be `module:attr`.
+
+        Raises:
+            UnknownAgentError, AgentLoadError: `name` cannot be loaded here.
+        """
+        if name is None or name == self.agent_name:
+            return self.agent_name, self.agent, self.llm
+        if self.agents is None:
+            raise UnknownAgentError(f"unknown agent {name!r}: this runtime runs only {self.agent_name!r}")
+        name, agent = self.agents.get(name, recorded=recorded)
+        if agent.model == self.agent.model:
+            return name, agent, self.llm
+        if agent.model not in self._llms:
+            self._llms[agent.model] = _llm(self.settings, agent.model)
+        return name, agent, self._llms[agent.model]
 
     def create(self, conversation_id: str, tenant_id: str, sink: RecordSink) -> Conversation:
         """A new, empty conversation written through `sink` (no partition owner keeps it)."""
@@ -43,6 +70,7 @@ class Runtime:
             runtime=self.settings.runtime,
             secrets=self.secrets,
             crash=self.crash,
+            agent_name=self.agent_name,
         )
 
 
@@ -55,16 +83,40 @@ def build_runtime(
     model: str | None = None,
     confirmation: ConfirmationPolicy | None = None,
     crash: CrashPoints = NO_CRASH,
+    agent: str | None = None,
 ) -> Runtime:
-    """The runtime with the standard tools and the configured model."""
-    agent = Agent(
-        model=model or settings.llm.model,
-        tools=standard_tools(workspace, tracker_url, settings.runtime.tool_timeout_s),
-        confirmation=confirmation or ConfirmationPolicy(),
-    )
-    llm = make_llm(settings.llm, agent.model)
-    if isinstance(llm, LitellmClient):
-        llm.warm_up()  # pay the ~5 s import now, not inside the first step
+    """The runtime: its default agent is `agent` (a `convdb.agents` name or `module:attr`; None
+    or `default`: the standard tools), `model` (when given) replaces every agent's model.
+
+    Raises:
+        UnknownAgentError, AgentLoadError: the default agent cannot be loaded.
+    """
+
+    def builtin() -> Agent:
+        return Agent(
+            model=model or settings.llm.model,
+            tools=standard_tools(workspace, tracker_url, settings.runtime.tool_timeout_s),
+            confirmation=confirmation or ConfirmationPolicy(),
+        )
+
+    book = AgentBook(settings, builtin, default=agent or DEFAULT_AGENT, model=model)
+    name, default = book.get(None)
     codec = make_codec(settings.schema_registry_url)
     registered = {**settings.secret_values(), **(secrets or {})}  # CONVDB_SECRETS, then the caller's
-    return Runtime(settings, codec, agent, llm, secrets=SecretsRegistry(registered), crash=crash)
+    return Runtime(
+        settings,
+        codec,
+        default,
+        _llm(settings, default.model),
+        secrets=SecretsRegistry(registered),
+        crash=crash,
+        agents=book,
+        agent_name=name,
+    )
+
+
+def _llm(settings: Settings, model: str) -> LLMClient:
+    llm = make_llm(settings.llm, model)
+    if isinstance(llm, LitellmClient):
+        llm.warm_up()  # pay the ~5 s import now, not inside the first step
+    return llm

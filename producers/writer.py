@@ -82,3 +82,5 @@ class Services:
     crash: CrashPoints
     metrics: RunnerMetrics = NO_METRICS
     """The runner's Prometheus metrics (a conversation outside a runner counts nothing)."""
+    agent_name: str = "default"
+    """The name `agent` is loaded under (recorded in the conversation's SystemPromptEvent)."""

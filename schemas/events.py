@@ -52,6 +52,17 @@ class SystemPromptEvent(EventEnvelope):
     tools: tuple[str, ...] = Field((), description="Names of the tools offered to the LLM.")
     kind: Literal["system_prompt"] = Field("system_prompt", description="Always 'system_prompt'.")
     extension: str | None = _extension()
+    agent: str | None = Field(
+        None,
+        description="Name of the agent that runs the conversation (an entry point of 'convdb.agents', "
+        "'module:attr', or 'default'); null for conversations written before agents were named (the "
+        "runner's default agent).",
+    )
+    agent_version: str | None = Field(
+        None,
+        description="Digest of the agent's configuration (model, prompt, tools, policies) when the "
+        "conversation started.",
+    )
 
 
 class MessageEvent(EventEnvelope):

@@ -111,6 +111,11 @@ class InboxMessage(AvroModel):
     sender: str = Field("user", description="Who sent it.")
     operation_id: str | None = Field(None, description="Operation a 'resolve' command refers to.")
     kind: Literal["inbox_message"] = Field("inbox_message", description="Always 'inbox_message'.")
+    agent: str | None = Field(
+        None,
+        description="Agent to run the conversation (its first message chooses; later ones must name the "
+        "same or none); null: the runner's default agent.",
+    )
 
 
 class ExternalBatch(AvroModel):

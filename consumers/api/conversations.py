@@ -23,7 +23,7 @@ from convdb.consumers.errors import QueryInputError
 from convdb.consumers.stats import conversations as stats_table
 from convdb.consumers.stats import from_row
 from convdb.consumers.titles.tables import processors as titles_table
-from convdb.consumers.views.queries import branch_events, branch_head, load_state
+from convdb.consumers.views.queries import agents, branch_events, branch_head, load_state
 from convdb.consumers.views.tables import conversations as views_table
 from convdb.projections import stats, view
 from convdb.schemas.validation import shown
@@ -55,7 +55,7 @@ def _summary_query(tenant_id: str) -> sa.Select[Any]:
     )
 
 
-def _summary(row: Any) -> dict[str, Any]:
+def _summary(row: Any, agent: dict[str, Any] | None = None) -> dict[str, Any]:
     m = row._mapping
     stats_row = None if m["s_event_count"] is None else stats.as_row(from_row(_stats_mapping(m)))
     if stats_row is not None:
@@ -72,6 +72,7 @@ def _summary(row: Any) -> dict[str, Any]:
         "view_length": m["branch_length"],
         "active_leaf": m["active_leaf"],
         "stats": stats_row,
+        "agent": agent,
     }
 
 
@@ -138,7 +139,8 @@ def conversation_page(
             query = query.where(views_table.c.conversation_id > after)
         query = query.order_by(views_table.c.conversation_id)
     rows = conn.execute(query.limit(limit + 1)).all()
-    items = [_summary(r) for r in rows[:limit]]
+    ran_by = agents(conn, [r.conversation_id for r in rows[:limit]])
+    items = [_summary(r, ran_by.get(r.conversation_id)) for r in rows[:limit]]
     more = len(rows) > limit
     if not more:
         return {"conversations": items, "next_after": None}
@@ -162,13 +164,14 @@ def _recent_key(after: str) -> tuple[int, str]:
     responses=problems(404),
 )
 def get_conversation(conversation_id: ConversationIdPath, tenant_id: Tenant, conn: Conn) -> dict[str, Any]:
-    """The conversation's summary; 404 when it does not exist for this tenant."""
+    """The conversation's summary (with `agent`: name, configuration version and tools, as its first
+    event records them); 404 when it does not exist for this tenant."""
     row = conn.execute(
         _summary_query(tenant_id).where(views_table.c.conversation_id == conversation_id)
     ).first()
     if row is None:
         raise HTTPException(404, f"no conversation {conversation_id!r}")
-    return _summary(row)
+    return _summary(row, agents(conn, [conversation_id]).get(conversation_id))
 
 
 @router.get(

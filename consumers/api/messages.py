@@ -8,11 +8,12 @@ from datetime import UTC, datetime
 
 from fastapi import APIRouter, HTTPException
 from fastapi.concurrency import run_in_threadpool
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
 from convdb.consumers.api.deps import ApiContext, Ctx, Tenant
 from convdb.consumers.api.ownership import OwnershipUnknownError
 from convdb.consumers.api.params import AUTHENTICATED, ConversationIdPath, MessageText, Sender, problems
+from convdb.infra.agent_names import is_agent_name, unknown_agent_message
 from convdb.schemas import InboxMessage
 from convdb.schemas._types import InboxCommand
 from convdb.schemas.topics import INBOX
@@ -27,6 +28,13 @@ class PostMessage(BaseModel):
 
     content: MessageText
     sender: Sender = "user"
+    agent: str | None = Field(
+        None,
+        description="Agent to run the conversation: 'default' or an agent installed with convdb (a name "
+        "from the 'convdb.agents' entry points). The first message chooses; a later one names the same "
+        "or none. None: the runner's default agent.",
+        max_length=300,
+    )
 
 
 class Accepted(BaseModel):
@@ -50,7 +58,10 @@ async def start_conversation(body: PostMessage, tenant_id: Tenant, ctx: Ctx) -> 
     client learns nothing about the ids other tenants use (ids a client chooses itself are one
     namespace for every tenant: a post to one taken by another tenant is answered 404)."""
     new = str(uuid.uuid4())
-    return await send_to_inbox(ctx, tenant_id, new, "message", body.content, body.sender, fresh=True)
+    agent = checked_agent(body.agent)
+    return await send_to_inbox(
+        ctx, tenant_id, new, "message", body.content, body.sender, fresh=True, agent=agent
+    )
 
 
 @router.post(
@@ -62,8 +73,19 @@ async def start_conversation(body: PostMessage, tenant_id: Tenant, ctx: Ctx) -> 
 async def post_message(
     conversation_id: ConversationIdPath, body: PostMessage, tenant_id: Tenant, ctx: Ctx
 ) -> Accepted:
-    """Queue a message for a conversation (it may not have started yet); 404 if another tenant owns it."""
-    return await send_to_inbox(ctx, tenant_id, conversation_id, "message", body.content, body.sender)
+    """Queue a message for a conversation (it may not have started yet); 404 if another tenant owns it,
+    400 for an agent that is not installed here (a message never names module:attr)."""
+    agent = checked_agent(body.agent)
+    return await send_to_inbox(
+        ctx, tenant_id, conversation_id, "message", body.content, body.sender, agent=agent
+    )
+
+
+def checked_agent(agent: str | None) -> str | None:
+    """`agent` when a runner could load it; HTTPException 400 with the known names otherwise."""
+    if agent is not None and not is_agent_name(agent):
+        raise HTTPException(400, unknown_agent_message(agent))
+    return agent
 
 
 @router.post(
@@ -98,6 +120,7 @@ async def send_to_inbox(
     *,
     must_exist: bool = False,
     fresh: bool = False,
+    agent: str | None = None,
 ) -> Accepted:
     """Publish an `InboxMessage` (durable before return); HTTPException 404 if not the tenant's.
 
@@ -126,6 +149,7 @@ async def send_to_inbox(
             command=command,
             content=content,
             sender=sender,
+            agent=agent,
         ),
     )
     (delivery,) = await ctx.publish_async([(INBOX, message)])

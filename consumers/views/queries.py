@@ -8,6 +8,7 @@ branch stored as runs of log positions, `segments`) is known to this package alo
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from typing import Any, NamedTuple
 
 import sqlalchemy as sa
@@ -76,4 +77,29 @@ def owner(conn: Connection, conversation_id: str) -> str | None:
     """The tenant the views name as the conversation's owner; None when they do not know it."""
     query = sa.select(conversations.c.tenant_id).where(conversations.c.conversation_id == conversation_id)
     found: str | None = conn.execute(query).scalar()
+    return found
+
+
+def agents(conn: Connection, conversation_ids: Sequence[str]) -> dict[str, dict[str, Any]]:
+    """The agent each conversation runs, as its first event (a SystemPromptEvent) records it: name
+    (None: written before agents were named, the runner's default), configuration version and tools.
+
+    Conversations whose first event is no system prompt (forks, conversations run elsewhere) are
+    left out. One primary-key read per conversation.
+    """
+    if not conversation_ids:
+        return {}
+    e = events.c
+    query = sa.select(e.conversation_id, stored_payload(events)).where(
+        e.conversation_id.in_(list(conversation_ids)), e.position == 0
+    )
+    found = {}
+    for conversation_id, payload in conn.execute(query):
+        first = json.loads(payload_json(payload))
+        if first.get("kind") == "system_prompt":
+            found[conversation_id] = {
+                "name": first.get("agent"),
+                "version": first.get("agent_version"),
+                "tools": first.get("tools", []),
+            }
     return found

@@ -15,6 +15,11 @@ from convdb.infra.settings import Settings
 from convdb.schemas.errors import ConvdbError, InvalidValueError
 from convdb.schemas.validation import check_conversation_id, check_id, shown
 
+AGENT_HELP = (
+    "agent to run: a name from the 'convdb.agents' entry points, or module:attr naming an Agent or a "
+    "factory make(settings) -> Agent (default: the built-in agent; see docs/own-agent.md)"
+)
+
 
 class UsageError(ConvdbError):
     """A command was given bad arguments; the CLI prints the message and exits 2."""

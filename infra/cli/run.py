@@ -15,6 +15,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from convdb.infra.cli._common import (
+    AGENT_HELP,
     SECRETS_FILE_HELP,
     UsageError,
     conversation_id,
@@ -27,6 +28,7 @@ from convdb.infra.errors import InfraError
 from convdb.infra.producer import DurableProducer
 from convdb.infra.secrets import SecretsRegistry
 from convdb.infra.settings import Settings
+from convdb.producers.errors import AgentLoadError, UnknownAgentError
 from convdb.producers.fleet.runner import FleetRunner, serve_until
 from convdb.producers.fleet.service import build_context
 from convdb.producers.status import STOP_STATUSES
@@ -45,6 +47,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--conversation", type=conversation_id, metavar="ID", help="conversation id (default: a new uuid)"
     )
+    p.add_argument("--agent", metavar="NAME|MODULE:ATTR", help=AGENT_HELP)
     p.add_argument("--tenant", type=identifier, default="default", help="tenant id")
     p.add_argument(
         "--workspace", type=Path, help="folder the file tools work in (default: <data dir>/workspace)"
@@ -80,8 +83,11 @@ def _run(args: argparse.Namespace) -> int:
         settings.data_dir / "run" / f"{uuid.uuid4().hex}.sqlite" if not settings.bootstrap_servers else None
     )
     with broker_for(settings, with_s3=False) as live:
-        message_id = send_task(live, cid, args.tenant, args.task)
-        ctx = build_context(live, workspace, args.tracker_url, args.model, store=store)
+        try:
+            ctx = build_context(live, workspace, args.tracker_url, args.model, store=store, agent=args.agent)
+        except (UnknownAgentError, AgentLoadError) as exc:
+            raise UsageError(str(exc)) from exc
+        message_id = send_task(live, cid, args.tenant, args.task, agent=args.agent)
 
         def done(runner: FleetRunner) -> bool:
             conv = runner.conversations().get(cid)
@@ -104,8 +110,12 @@ def _run(args: argparse.Namespace) -> int:
     return 0
 
 
-def send_task(settings: Settings, conversation_id: str, tenant_id: str, text: str) -> str:
-    """Put a user message on the conversation's inbox (durable, secrets redacted); returns its id."""
+def send_task(
+    settings: Settings, conversation_id: str, tenant_id: str, text: str, *, agent: str | None = None
+) -> str:
+    """Put a user message on the conversation's inbox (durable, secrets redacted); returns its id.
+
+    `agent`: the agent that runs the conversation (None: the runner's default)."""
     message = SecretsRegistry(settings.secret_values()).redact_record(
         InboxMessage(
             id=str(uuid.uuid4()),
@@ -114,6 +124,7 @@ def send_task(settings: Settings, conversation_id: str, tenant_id: str, text: st
             timestamp=datetime.now(UTC),
             command="message",
             content=text,
+            agent=agent,
         )  # fmt: skip
     )
     codec = make_codec(settings.schema_registry_url)

@@ -9,8 +9,15 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from convdb.infra.cli._common import SECRETS_FILE_HELP, UsageError, require_broker, with_secrets_file
+from convdb.infra.cli._common import (
+    AGENT_HELP,
+    SECRETS_FILE_HELP,
+    UsageError,
+    require_broker,
+    with_secrets_file,
+)
 from convdb.infra.connection import load_settings
+from convdb.producers.errors import AgentLoadError, UnknownAgentError
 from convdb.producers.fleet.service import build_context, serve
 
 
@@ -24,6 +31,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--tracker-url", metavar="URL", help="issue-tracker provider for create_issue/notify")
     p.add_argument("--model", help="litellm model (default: settings)")
+    p.add_argument(
+        "--agent",
+        metavar="NAME|MODULE:ATTR",
+        help=AGENT_HELP + "; conversations whose first message names another agent run that one",
+    )
     p.add_argument(
         "--idle-exit",
         type=float,
@@ -41,4 +53,8 @@ def _runner(args: argparse.Namespace) -> int:
     settings = with_secrets_file(require_broker(load_settings()), args.secrets_file)
     workspace = args.workspace or settings.data_dir / "workspace"
     workspace.mkdir(parents=True, exist_ok=True)
-    return serve(build_context(settings, workspace, args.tracker_url, args.model), args.idle_exit)
+    try:
+        ctx = build_context(settings, workspace, args.tracker_url, args.model, agent=args.agent)
+    except (UnknownAgentError, AgentLoadError) as exc:
+        raise UsageError(str(exc)) from exc
+    return serve(ctx, args.idle_exit)

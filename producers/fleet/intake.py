@@ -22,7 +22,14 @@ from convdb.infra.limits import HEADROOM, record_limit
 from convdb.infra.logs import log_context
 from convdb.infra.partitioner import partition_for
 from convdb.infra.records import coordinates
-from convdb.producers.errors import MisplacedRecordError, RecordFailedError, RecordTooLargeError
+from convdb.producers.errors import (
+    AgentLoadError,
+    AgentMismatchError,
+    MisplacedRecordError,
+    RecordFailedError,
+    RecordTooLargeError,
+    UnknownAgentError,
+)
 from convdb.producers.fleet.batch import InboxBatch
 from convdb.producers.fleet.limits import fit_dead_letter, record_fault, too_large
 from convdb.producers.fleet.owner import FleetContext, PartitionOwner
@@ -238,4 +245,6 @@ def refusal_reason(exc: BaseException) -> str:
         return "partition"
     if isinstance(exc, RecordTooLargeError):
         return "too_large"
+    if isinstance(exc, AgentLoadError | AgentMismatchError | UnknownAgentError):
+        return "agent"
     return "failed" if isinstance(exc, RecordFailedError) else "invalid"

@@ -18,6 +18,7 @@ from convdb.infra.partitioner import partition_for
 from convdb.infra.producer import Delivery
 from convdb.infra.settings import Settings
 from convdb.producers.conversation import Conversation
+from convdb.producers.errors import AgentLoadError, AgentMismatchError, UnknownAgentError
 from convdb.producers.fleet import external
 from convdb.producers.fleet.limits import check_sizes, fit_dead_letter
 from convdb.producers.fleet.restore import Refused, restore_conversation, restore_partition
@@ -43,6 +44,7 @@ from convdb.schemas import (
     LedgerRecord,
     MessageEvent,
     Snapshot,
+    SystemPromptEvent,
 )
 from convdb.schemas.topics import DLQ, INBOX
 
@@ -82,6 +84,8 @@ class PartitionOwner:
         self.publisher = TransactionalPublisher(ctx.settings, ctx.codec, self.transactional_id)
         self.sink = PartitionSink(self.publisher, consumer, INBOX.name(ctx.settings.namespace), partition)
         self.conversations: dict[str, Conversation] = {}
+        self.unavailable: dict[str, Exception] = {}
+        """Restored conversations whose agent does not load here, and why (never run)."""
         self.external: dict[str, OpenHandsState] = {}
         """The OpenHands mapping state of conversations run elsewhere, kept between their batches."""
         self.events_end = 0
@@ -180,13 +184,43 @@ class PartitionOwner:
         state: ConversationState | None = None,
         positions: LogPositions | None = None,
         prefix: Sequence[Event] = (),
+        agent: str | None = None,
     ) -> Conversation:
-        """A conversation written through this partition's transactions (new, or as restored)."""
+        """A conversation written through this partition's transactions (new, or as restored).
+
+        Its agent is the one its SystemPromptEvent names (a restored conversation), else `agent`
+        (the first inbox record's), else the runner's default. A restored conversation whose
+        agent does not load here is kept (its log is its partition's) but never run: its inbox
+        records go to the DLQ with the reason (`admit`).
+
+        Raises:
+            UnknownAgentError, AgentLoadError: a new conversation's agent cannot be loaded.
+        """
         rt = self.ctx.runtime
+        # A snapshot keeps the visible branch (the system prompt stays in it: the condenser keeps
+        # the first events) and the path after the last condensation.
+        recorded = recorded_agent(
+            (*prefix, *(state.view.visible if state else ()), *(state.view.path if state else ()))
+        )
+        name = recorded[0] if recorded else agent
+        try:
+            name, chosen, llm = rt.agent_for(name, recorded=recorded is not None)
+        except (UnknownAgentError, AgentLoadError) as exc:
+            if state is None:
+                raise
+            logger.error("conversation %s: its agent %r does not load here, not run: %s", cid, name, exc)
+            self.unavailable[cid] = exc
+            name, chosen, llm = rt.agent_name, rt.agent, rt.llm
+        if recorded and recorded[1] and recorded[1] != chosen.version:
+            logger.warning(
+                "conversation %s started under agent %s version %s; it resumes under version %s",
+                cid, name, recorded[1], chosen.version,
+            )  # fmt: skip
         conv = Conversation(
-            cid, tenant_id, rt.agent, self.sink, rt.llm,
+            cid, tenant_id, chosen, self.sink, llm,
             runtime=self.ctx.settings.runtime, secrets=rt.secrets, crash=rt.crash,
             state=state, positions=positions, book=self, prefix=prefix, metrics=self.ctx.metrics,
+            agent_name=name,
         )  # fmt: skip
         self.conversations[cid] = conv
         return conv
@@ -202,12 +236,24 @@ class PartitionOwner:
         Raises:
             TenantMismatchError: the record names another tenant than the conversation's.
             RecordRefusedError: the record is for a conversation run by the other side.
+            UnknownAgentError, AgentLoadError: the agent it names (or its conversation runs)
+                cannot be loaded here.
+            AgentMismatchError: it names another agent than its conversation runs.
         """
         conv = self.conversations.get(record.conversation_id)
+        agent = record.agent if isinstance(record, InboxMessage) else None
         if conv is None:
-            return self.create(record.conversation_id, record.tenant_id)
+            return self.create(record.conversation_id, record.tenant_id, agent=agent)
         check_owner(conv.tenant_id, record)
         external.refuse(conv, record)
+        unavailable = self.unavailable.get(conv.conversation_id)
+        if unavailable is not None and isinstance(record, InboxMessage):
+            raise AgentLoadError(f"conversation {conv.conversation_id}: {unavailable}")
+        if agent is not None and agent != conv.services.agent_name:
+            raise AgentMismatchError(
+                f"conversation {conv.conversation_id} runs agent {conv.services.agent_name!r}, "
+                f"not {agent!r} (an agent is chosen by the first message)"
+            )
         return conv
 
     def stage_external(self, batch: ExternalBatch, next_offset: int) -> tuple[Conversation, list[AvroModel]]:
@@ -238,7 +284,8 @@ class PartitionOwner:
 
     def interrupted(self) -> list[Conversation]:
         """Conversations whose run a crash or a handover cut short."""
-        return [c for c in self.conversations.values() if needs_takeover(c)]
+        convs = self.conversations.values()
+        return [c for c in convs if needs_takeover(c) and c.conversation_id not in self.unavailable]
 
     # -- SnapshotBook -------------------------------------------------------------------------
     def snapshot_record(self, conv: Conversation) -> Snapshot:
@@ -281,6 +328,14 @@ class PartitionOwner:
         """Drop the conversations and release the producer (without writing anything)."""
         self.conversations.clear()
         self.publisher.producer.purge()
+
+
+def recorded_agent(events: Sequence[Event]) -> tuple[str, str | None] | None:
+    """The agent name and version the first SystemPromptEvent of `events` records, if it names one."""
+    for event in events:
+        if isinstance(event, SystemPromptEvent):
+            return (event.agent, event.agent_version) if event.agent else None
+    return None
 
 
 def needs_takeover(conv: Conversation) -> bool:

@@ -25,14 +25,22 @@ def build_context(
     model: str | None,
     *,
     store: Path | None = None,
+    agent: str | None = None,
 ) -> FleetContext:
     """The runtime, fault hooks and local snapshot store of one runner.
 
     `store`: the snapshot store's file (default: one per namespace under the data dir). A broker
     that does not outlive the command (the embedded one) needs a store of its own.
+    `agent`: the default agent (a `convdb.agents` name or `module:attr`; None: the built-in one);
+    conversations whose first message names another agent run that one.
+
+    Raises:
+        UnknownAgentError, AgentLoadError: the default agent cannot be loaded.
     """
     crash = StopPoints(settings.crash_at, settings.crash_tool, settings.crash_signal)
-    runtime = build_runtime(settings, workspace=workspace, tracker_url=tracker_url, model=model, crash=crash)
+    runtime = build_runtime(
+        settings, workspace=workspace, tracker_url=tracker_url, model=model, crash=crash, agent=agent
+    )
     path = store or settings.data_dir / "fleet" / f"{settings.namespace}.sqlite"
     return FleetContext(settings, runtime, SnapshotStore(path))
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
@@ -19,13 +20,14 @@ from convdb.consumers.views import ViewsConsumer
 from convdb.infra.kafka import apply_topics
 from convdb.infra.settings import Settings
 from convdb.producers.publisher import EventPublisher
-from convdb.schemas import EventEnvelope, SingleObjectCodec
+from convdb.schemas import EventEnvelope, MessageEvent, SingleObjectCodec, SystemPromptEvent
 from tests.conftest import wait_until
-from tests.consumers.builders import conversation
+from tests.consumers.builders import T0, conversation
 
-KEYS = {"key-a": "tenant-a", "key-b": "tenant-b"}
+KEYS = {"key-a": "tenant-a", "key-b": "tenant-b", "key-c": "tenant-c"}
 A = {"X-API-Key": "key-a"}
 B = {"X-API-Key": "key-b"}
+C = {"X-API-Key": "key-c"}
 
 
 @dataclass
@@ -68,11 +70,26 @@ def fill_store(settings: Settings, events: list[EventEnvelope]) -> None:
         thread.join(30)
 
 
+def started_by_agent(conv: str, tenant: str) -> list[EventEnvelope]:
+    """A conversation whose first event records the agent that runs it."""
+    common = {"conversation_id": conv, "tenant_id": tenant, "source": "agent"}
+    prompt = SystemPromptEvent(
+        **common, id=str(uuid.uuid4()), seq=1, timestamp=T0, content="You run a shop.",
+        tools=("charge", "send_sms"), agent="shop", agent_version="0123456789abcdef",
+    )  # fmt: skip
+    message = MessageEvent(
+        **{**common, "source": "user"}, id=str(uuid.uuid4()), seq=2, timestamp=T0,
+        parent_id=prompt.id, role="user", content="charge cus_42",
+    )  # fmt: skip
+    return [prompt, message]
+
+
 @pytest.fixture(scope="module")
 def world(
     make_settings: Callable[..., Settings], tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[World]:
-    """Tenant A has conversations a1 (30 events) and a2 (10); tenant B has b1 (5)."""
+    """Tenant A has conversations a1 (30 events) and a2 (10); tenant B has b1 (5); tenant C has c1,
+    started by the agent `shop` (its system prompt, then a user message)."""
     tmp = tmp_path_factory.mktemp("api")
     settings = make_settings(store_url=f"sqlite:///{tmp / 'store.db'}", api={"keys": KEYS})
     apply_topics(settings)
@@ -80,6 +97,7 @@ def world(
         conversation("a1", 30, "tenant-a")
         + conversation("a2", 10, "tenant-a")
         + conversation("b1", 5, "tenant-b")
+        + started_by_agent("c1", "tenant-c")
     )
     fill_store(settings, events)
     with TestClient(create_app(settings)) as client:

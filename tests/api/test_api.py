@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
-import pytest
+import re
 
+import pytest
+from fastapi.testclient import TestClient
+
+from convdb.infra.reader import read_topic as scan
 from convdb.schemas import InboxMessage, SingleObjectCodec
 from convdb.schemas.topics import INBOX
-from tests.api.conftest import A, B, World
+from tests.api.conftest import A, B, C, World
 from tests.helpers import read_topic
 
 pytestmark = pytest.mark.kafka
@@ -152,3 +156,49 @@ def test_openapi_docs_are_served(world: World) -> None:
     assert world.client.get("/docs").status_code == 200
     paths = world.client.get("/openapi.json").json()["paths"]
     assert {"/conversations", "/conversations/{conversation_id}/view", "/events"} <= set(paths)
+
+
+def test_a_message_names_its_agent_and_an_unknown_agent_is_400(world: World) -> None:
+    for agent, needle in (
+        ("no-such-agent", "unknown agent 'no-such-agent'"),
+        # A runner would import and call what module:attr names: only an operator's --agent may.
+        ("os:system", "module:attr is only for a runner's own --agent"),
+    ):
+        refused = world.client.post(
+            "/conversations/a9/messages", json={"content": "hi", "agent": agent}, headers=A
+        )
+        assert refused.status_code == 400, refused.text
+        assert needle in refused.json()["detail"] and "(default" in refused.json()["detail"]
+    posted = world.client.post(
+        "/conversations/a9/messages", json={"content": "hi", "agent": "default"}, headers=A
+    )
+    assert posted.status_code == 202, posted.text
+    plain = world.client.post("/conversations/a9/messages", json={"content": "hi"}, headers=A)
+    assert plain.status_code == 202, plain.text
+    inbox = INBOX.name(world.settings.namespace)
+    codec = SingleObjectCodec()
+    mine = [m for m in scan(world.settings, inbox) if m.key() == b"a9"]
+    sent = [codec.decode(m.value(), expect=(InboxMessage,)) for m in mine]
+    assert [m.agent for m in sent] == ["default", None]
+
+
+def test_a_conversation_shows_the_agent_it_runs_and_its_tools(world: World) -> None:
+    expected = {"name": "shop", "version": "0123456789abcdef", "tools": ["charge", "send_sms"]}
+    assert world.client.get("/conversations/c1", headers=C).json()["agent"] == expected
+    (listed,) = world.client.get("/conversations", headers=C).json()["conversations"]
+    assert listed["agent"] == expected
+    # A conversation whose first event names no agent (here: no system prompt at all) shows none.
+    assert world.client.get("/conversations/a1", headers=A).json()["agent"] is None
+
+
+def test_the_console_shows_the_agent_and_its_tools(world: World) -> None:
+    with TestClient(world.client.app) as console:
+        login = console.get("/console/login").text
+        token = re.search(r'name="csrf" value="([^"]+)"', login)
+        assert token, login
+        form = {"csrf": token.group(1), "api_key": "key-c", "name": ""}
+        assert console.post("/console/login", data=form, follow_redirects=False).status_code == 303
+        page = console.get("/console/conversations/c1").text
+        assert "agent <strong>shop</strong>" in page and "0123456789abcdef" in page
+        assert "tools charge, send_sms" in page
+        assert "agent shop" in console.get("/").text

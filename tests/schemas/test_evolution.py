@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 from fastavro import schemaless_writer  # crafts old-writer bytes; the codec stays fastavro's only user
 
-from convdb.schemas import LLMUsageEvent, SingleObjectCodec
+from convdb.schemas import InboxMessage, LLMUsageEvent, SingleObjectCodec, SystemPromptEvent
 from convdb.schemas.catalog import MODELS, SchemaVersion, shipped_catalog
 from convdb.schemas.errors import InvalidRecordError
 from tests.schemas.records import sample_record
@@ -88,3 +88,22 @@ def test_every_shipped_version_reads_every_other(writer: SchemaVersion, reader: 
     for name, info in model.model_fields.items():
         expected = record.__dict__[name] if name in both else info.get_default(call_default_factory=True)
         assert getattr(decoded, name) == expected, name
+
+
+@pytest.mark.parametrize(
+    ("model", "old", "added"),
+    [(SystemPromptEvent, 2, {"agent", "agent_version"}), (InboxMessage, 1, {"agent"})],
+)
+def test_the_agent_fields_read_both_ways(model: type[Any], old: int, added: set[str]) -> None:
+    """A conversation or inbox message from before agents were named reads with no agent; one that
+    names its agent reads on an old reader without it (everything else unchanged)."""
+    older = next(v for v in CATALOG.versions if v.name == model.__name__ and v.version == old)
+    assert field_names(CATALOG.latest[model.__name__]) == [*field_names(older), *sorted(added)]
+    record = sample_record(model)
+    decoded = SingleObjectCodec().decode(written_by(older, record.__dict__), expect=(model,))
+    assert decoded == record.model_copy(update=dict.fromkeys(added))
+    named = record.model_copy(update={name: "shop" for name in added})
+    by_old = SingleObjectCodec(CATALOG.restricted(model.__name__, old)).decode(
+        SingleObjectCodec().encode(named)
+    )
+    assert by_old.model_dump(exclude=added) == named.model_dump(exclude=added)

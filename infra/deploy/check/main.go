@@ -69,20 +69,21 @@ func checkCompose(args []string) error {
 	fs.Var(&envFiles, "env-file", "env file for interpolation (repeatable)")
 	fs.Var(&profiles, "profile", "profile to enable (repeatable, '*' for all)")
 	print := fs.Bool("print", false, "print the resolved project as JSON on stdout")
-	if err := fs.Parse(args); err != nil || fs.NArg() != 1 {
-		return errors.New("usage: deploycheck compose [--env-file F] [--profile P] [--print] FILE")
+	if err := fs.Parse(args); err != nil || fs.NArg() < 1 {
+		return errors.New("usage: deploycheck compose [--env-file F] [--profile P] [--print] FILE [OVERRIDE...]")
 	}
 	opts := []cli.ProjectOptionsFn{cli.WithName("convdb"), cli.WithProfiles(profiles), cli.WithDiscardEnvFile}
 	if len(envFiles) > 0 {
 		opts = append(opts, cli.WithEnvFiles(envFiles...), cli.WithDotEnv)
 	}
-	options, err := cli.NewProjectOptions([]string{fs.Arg(0)}, opts...)
+	// Later files override earlier ones, as `docker compose -f base -f override` merges them.
+	options, err := cli.NewProjectOptions(fs.Args(), opts...)
 	if err != nil {
 		return err
 	}
 	project, err := options.LoadProject(context.Background())
 	if err != nil {
-		return fmt.Errorf("%s: %w", fs.Arg(0), err)
+		return fmt.Errorf("%s: %w", strings.Join(fs.Args(), " + "), err)
 	}
 	if *print {
 		out, err := project.MarshalJSON()
@@ -91,7 +92,7 @@ func checkCompose(args []string) error {
 		}
 		os.Stdout.Write(append(out, '\n'))
 	}
-	fmt.Fprintf(os.Stderr, "compose %s: valid (%d services)\n", fs.Arg(0), len(project.Services))
+	fmt.Fprintf(os.Stderr, "compose %s: valid (%d services)\n", strings.Join(fs.Args(), " + "), len(project.Services))
 	return nil
 }
 

@@ -1,0 +1,1 @@
+"""A shop agent for convdb: see docs/own-agent.md."""

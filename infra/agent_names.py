@@ -1,0 +1,42 @@
+"""Agent names: the `convdb.agents` / `convdb.tools` entry-point groups and what a name may be.
+
+Shared by the runner (which loads agents, `convdb.producers.agents`) and the API (which refuses
+an inbox message naming an agent no runner could load).
+"""
+
+from __future__ import annotations
+
+import re
+from importlib.metadata import entry_points
+
+AGENTS_GROUP = "convdb.agents"
+"""Entry-point group of agents: name -> `Agent` or `make(settings) -> Agent`."""
+
+TOOLS_GROUP = "convdb.tools"
+"""Entry-point group of tools: name -> `Tool` or `make(settings) -> Tool | Sequence[Tool]`."""
+
+DEFAULT_AGENT = "default"
+"""The built-in agent's name."""
+
+REFERENCE = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_][\w.]*$")
+"""`module:attr`: an agent named by where it is, importable on the runner's path. Only an operator
+names one (`--agent` of `convdb runner` / `convdb run`): a message may name installed agents only,
+since a runner would import and call whatever a message named."""
+
+
+def installed_agents() -> list[str]:
+    """The names of the installed agents (`convdb.agents` entry points), plus `default`."""
+    return sorted({DEFAULT_AGENT, *(ep.name for ep in entry_points(group=AGENTS_GROUP))})
+
+
+def is_agent_name(name: str) -> bool:
+    """True for a name a message may carry: `default` or an installed agent."""
+    return name in installed_agents()
+
+
+def unknown_agent_message(name: str) -> str:
+    """Why a message naming `name` is refused, with the names that would do."""
+    return (
+        f"unknown agent {name!r}: a message names an installed agent, one of the {AGENTS_GROUP!r} entry "
+        f"points ({', '.join(installed_agents())}); module:attr is only for a runner's own --agent"
+    )
