@@ -16,7 +16,7 @@ from typing import Any
 from fastapi import HTTPException
 from sqlalchemy.engine import Connection
 
-from convdb.consumers.api.conversations import conversation_page, get_conversation, get_view
+from convdb.consumers.api.conversations import conversation_page, get_conversation, get_view, summaries
 from convdb.consumers.console.chart import Chart, usage_chart
 from convdb.consumers.effects import (
     conversation_status,
@@ -67,6 +67,11 @@ def conversations(conn: Connection, tenant_id: str, **filters: Any) -> dict[str,
     for item in page["conversations"]:
         item["effects"] = {k: v for k, v in effects[item["conversation_id"]].items() if v}
     return page
+
+
+def titles(conn: Connection, tenant_id: str, conversation_ids: set[str]) -> dict[str, str | None]:
+    """The titles of some of the tenant's conversations (None: not titled yet)."""
+    return {conv: s["title"] for conv, s in summaries(conn, tenant_id, conversation_ids).items()}
 
 
 def _window(total: int, before: int | None) -> tuple[int, int]:

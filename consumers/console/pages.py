@@ -9,6 +9,7 @@ from urllib.parse import quote, urlencode
 from fastapi import APIRouter, HTTPException, Query, Request
 from fastapi.responses import Response
 
+from convdb.consumers._rows import from_micros
 from convdb.consumers.api.deps import Conn
 from convdb.consumers.console import data
 from convdb.consumers.console.branches import branch_tree
@@ -25,7 +26,10 @@ from convdb.consumers.console.web import (
     parse_time,
 )
 from convdb.consumers.errors import QueryInputError
+from convdb.consumers.index import search
 from convdb.consumers.views.queries import branch_head
+from convdb.projections.errors import QueryError
+from convdb.projections.index import SearchQuery, Snippet
 
 router = APIRouter(include_in_schema=False)
 
@@ -211,6 +215,72 @@ def queue_page(
         notice=notice,
         notice_conversation=notice_conversation,
     )
+
+
+@router.get("/console/search", summary="console: search")
+def search_page(
+    request: Request,
+    conn: Conn,
+    q: Text = None,
+    conversation_id: Text = None,
+    cursor: Text = None,
+) -> Response:
+    """Full-text search over the tenant's events (or one conversation's): hits with their snippets."""
+    user = current_user(request)
+    if user is None:
+        return login_redirect()
+    hits: list[dict[str, Any]] = []
+    next_url, error = "", None
+    if q:
+        try:
+            query = SearchQuery(
+                tenant_id=user.tenant_id,
+                q=q,
+                conversation_id=conversation_id or None,
+                cursor=cursor or None,
+                limit=25,
+            )
+            page = search(conn, query)
+        except QueryError as exc:
+            error = str(exc)
+        else:
+            titles = data.titles(conn, user.tenant_id, {r["conversation_id"] for r in page.rows})
+            hits = [
+                {
+                    **row,
+                    "parts": _marked(row["snippet"]),
+                    "title": titles.get(row["conversation_id"]),
+                    "when": from_micros(row["timestamp_us"]),
+                }
+                for row in page.rows
+            ]
+            if page.cursor:
+                kept = {"q": q, "conversation_id": conversation_id or "", "cursor": page.cursor}
+                next_url = "/console/search?" + urlencode(kept)
+    return render(
+        "search.html",
+        **page_context(user, conn, "search", f"Search: {q}" if q else "Search"),
+        q=q or "",
+        conversation_id=conversation_id or "",
+        hits=hits,
+        searched=bool(q) and error is None,
+        error=error,
+        later=bool(cursor),
+        next_url=next_url,
+    )
+
+
+def _marked(snippet: Snippet) -> list[tuple[str, bool]]:
+    """A snippet as (text, is a match) parts, for the template to escape and mark."""
+    parts, at = [], 0
+    for start, end in snippet.highlights:
+        if start > at:
+            parts.append((snippet.text[at:start], False))
+        parts.append((snippet.text[start:end], True))
+        at = end
+    if at < len(snippet.text):
+        parts.append((snippet.text[at:], False))
+    return parts
 
 
 DECISION_TEXT = {

@@ -223,6 +223,75 @@ def test_hostile_text_renders_as_text(session: Any, artifacts: Path) -> None:
     assert session.errors == [], session.errors  # no script errors, no CSP violations on any page
 
 
+def _search(page: Any, q: str, wanted: Callable[[Any], bool]) -> Any:
+    """Submit the header's search box until the hits satisfy `wanted` (the index is a consumer: a
+    just-written event appears within seconds)."""
+    hits = page.locator("#hits > li.hit")
+    for _ in range(60):
+        page.goto("/")
+        page.locator("#top-q").fill(q)
+        page.locator("#top-q").press("Enter")
+        page.locator("#search-meta").wait_for(timeout=WAIT_MS)
+        if wanted(hits):
+            return hits
+        page.wait_for_timeout(1000)
+    raise AssertionError(f"search {q!r} never showed the expected hits: {page.content()[-2000:]}")
+
+
+def test_search_finds_words_across_the_tenants_conversations_and_within_one(
+    session: Any, stack: Stack, artifacts: Path
+) -> None:
+    page = session.new_page()
+    hits = _search(page, "service 2 FINE", lambda h: h.count() > 0)
+    convs = {hits.nth(i).get_attribute("data-conversation-id") for i in range(hits.count())}
+    assert convs == {"demo-2"}, convs  # the notes of demo-2, read by its runner, from the list page
+    assert [m.lower() for m in page.locator("#hits mark").all_text_contents()][:3] == ["service", "2", "fine"]
+    for width, name in ((1400, "search-1400"), (420, "search-420")):
+        page.set_viewport_size({"width": width, "height": 900})
+        shot(page, artifacts, name)
+    page.set_viewport_size({"width": 1366, "height": 900})
+    # The other tenant's words are never found, though they are in the same index.
+    assert _search(page, "another tenant", lambda h: True).count() == 0
+    assert "Nothing found" in page.locator("#hits").text_content()
+    # Within one conversation: the conversation page's own box.
+    page.goto("/console/conversations/demo-1")
+    page.locator("#find-q").fill("report")
+    page.locator("#find-q").press("Enter")
+    page.locator("#search-meta").wait_for(timeout=WAIT_MS)
+    inside = page.locator("#hits > li.hit")
+    assert inside.count() > 0
+    assert {inside.nth(i).get_attribute("data-conversation-id") for i in range(inside.count())} == {"demo-1"}
+    inside.first.locator("a").click()
+    page.wait_for_url("**/console/conversations/demo-1#seq-*")
+    page.close()
+
+
+def test_hostile_text_in_search_hits_stays_inert(session: Any, stack: Stack, artifacts: Path) -> None:
+    long_word = "zq" + "w" * 400
+    hostile = f"\u202ereversed {long_word} <b>bold</b> <script>window.__xss = 3</script>"
+    posted = httpx.post(
+        f"{stack.url}/conversations/hostile-1/messages",
+        json={"content": hostile},
+        headers={"X-API-Key": "demo-key"},
+        timeout=10,
+    )
+    assert posted.status_code == 202, posted.text
+    page = session.new_page()
+    hits = _search(page, long_word, lambda h: h.count() == 1)
+    snippet = hits.first.locator(".snippet")
+    assert "<script>window.__xss = 3</script>" in snippet.text_content()
+    assert "\u202e" in snippet.text_content()
+    assert page.locator("#hits b, #hits script, #hits img").count() == 0
+    assert page.evaluate("typeof window.__xss") == "undefined"
+    assert hits.first.bounding_box()["width"] <= page.viewport_size["width"]  # the long word wraps
+    hits = _search(page, "script xss", lambda h: h.count() >= 2)
+    assert page.locator("#hits script, #hits img").count() == 0
+    assert page.evaluate("typeof window.__xss") == "undefined"
+    shot(page, artifacts, "search-hostile")
+    page.close()
+    assert session.errors == [], session.errors
+
+
 def test_another_tenant_sees_none_of_it(browser: Any, stack: Stack) -> None:
     context = browser.new_context(base_url=stack.url)
     page = context.new_page()

@@ -110,6 +110,26 @@ def test_hostile_event_text_renders_as_text(console_world: ConsoleWorld) -> None
     )
 
 
+def test_search_page_finds_the_tenants_words_marked_and_escaped(console_world: ConsoleWorld) -> None:
+    with console_world.client() as a, console_world.client() as b:
+        sign_in(a, "key-a")
+        sign_in(b, "key-b")
+        found = a.get("/console/search", params={"q": "window xss"}).text
+        assert 'data-conversation-id="a1"' in found and 'data-seq="1"' in found
+        assert "<script>window.__xss" not in found and "<img src=x" not in found
+        assert "&lt;script&gt;<mark>window</mark>.__<mark>xss</mark>" in found
+        # The other tenant's words are in the same index, and never found from here (nor ours there).
+        words = " ".join(SECRET_B.split()[:3])
+        assert 'class="hit"' not in a.get("/console/search", params={"q": words}).text
+        assert 'data-conversation-id="b1"' in b.get("/console/search", params={"q": words}).text
+        assert 'class="hit"' not in b.get("/console/search", params={"q": "window xss"}).text
+        # Within one conversation, and a query without a word is said, not a crash.
+        inside = a.get("/console/search", params={"q": "bug", "conversation_id": "a2"}).text
+        assert 'data-conversation-id="a2"' in inside and 'data-conversation-id="a1"' not in inside
+        empty = a.get("/console/search", params={"q": "!!"})
+        assert empty.status_code == 200 and "no word in it" in empty.text
+
+
 def test_forms_need_the_session_token_and_post_to_the_inbox(console_world: ConsoleWorld) -> None:
     settings = console_world.settings
     with console_world.client() as client:
