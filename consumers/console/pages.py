@@ -11,7 +11,7 @@ from fastapi.responses import Response
 
 from convdb.consumers._rows import from_micros
 from convdb.consumers.api.deps import Conn
-from convdb.consumers.console import data
+from convdb.consumers.console import crash, data
 from convdb.consumers.console.branches import branch_tree
 from convdb.consumers.console.live import conversation_version, list_version
 from convdb.consumers.console.render import SECURITY_HEADERS, fragment, render
@@ -123,6 +123,7 @@ def conversation_page(
         notice=NOTICES.get(notice or ""),
         commands=_commands(page.summary["execution_status"]),
         branched=_branched(page.summary),
+        markers=crash.place(crash.takeovers(page.operations), timeline.events),
         as_of_at=local_input(when),
         as_of_offset="" if upto is None else upto,
     )
