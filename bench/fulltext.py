@@ -33,7 +33,8 @@ VOCABULARY = 20_000
 CONVERSATIONS = 1_000
 PAGE = 50
 SEARCHES = 100
-"""Searches per query shape and run: p50 and p99 are over all of them."""
+"""Searches per query shape (half of them first pages, half the next page when there is one);
+p50 and p99 are over all of them."""
 
 FIGURES = {
     "fulltext_p50_ms": ("full-text search page of 50 (SQLite FTS5)", "ms", "<= 50"),

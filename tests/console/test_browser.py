@@ -2,8 +2,9 @@
 
 list → open a conversation → its timeline equals the API's view → decide the unknown operation
 in the human queue and watch the conversation continue, live → a new event appears live → a
-hostile message renders as text → another tenant's session sees none of it. Screenshots of each
-page go to `--console-artifacts DIR` (default: a folder under pytest's tmp dir, printed).
+hostile message renders as text → search across conversations and within one → another tenant's
+session sees none of it. Screenshots of each page at 1400 and 420 px wide go to
+`--console-artifacts DIR`, else `$CONVDB_ARTIFACTS/console`, else tests/console/artifacts (printed).
 Without /usr/bin/chromium these tests fail: `infra/scripts/chromium.sh` installs it.
 """
 
@@ -75,10 +76,13 @@ def stack(
 
 
 @pytest.fixture(scope="module")
-def artifacts(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The screenshot folder (printed once)."""
-    given = request.config.getoption("--console-artifacts")
-    folder = Path(given) if given else tmp_path_factory.mktemp("console-screenshots")
+def artifacts(request: pytest.FixtureRequest) -> Path:
+    """The screenshot folder (printed once): `--console-artifacts`, else `$CONVDB_ARTIFACTS/console`
+    (a folder CI keeps), else tests/console/artifacts (git-ignored)."""
+    given = request.config.getoption("--console-artifacts") or os.environ.get("CONVDB_ARTIFACTS")
+    if given and not request.config.getoption("--console-artifacts"):
+        given = str(Path(given) / "console")
+    folder = Path(given) if given else Path(__file__).resolve().parent / "artifacts"
     folder.mkdir(parents=True, exist_ok=True)
     with request.config.pluginmanager.get_plugin("capturemanager").global_and_fixture_disabled():  # type: ignore[union-attr]
         print(f"\nconsole screenshots: {folder.resolve()}")
@@ -112,7 +116,12 @@ def session(browser: Any, stack: Stack) -> Iterator[Any]:
 
 
 def shot(page: Any, artifacts: Path, name: str) -> None:
-    page.screenshot(path=str(artifacts / f"{name}.png"), full_page=True)
+    """Full-page screenshots at 1400 px (desktop) and 420 px (phone) wide, then the size it had."""
+    size = page.viewport_size
+    for width in (1400, 420):
+        page.set_viewport_size({"width": width, "height": 900})
+        page.screenshot(path=str(artifacts / f"{name}-{width}.png"), full_page=True)
+    page.set_viewport_size(size)
 
 
 def test_list_after_signing_in(session: Any, stack: Stack, artifacts: Path) -> None:
@@ -167,6 +176,12 @@ def test_resolve_from_the_queue_and_the_conversation_continues_live(
     watching.goto("/console/conversations/notify-1")
     watching.evaluate("window.__marker = 'no reload'")
     before = watching.locator("#timeline > li.ev").count()
+    # The crash is visible: where the killed runner's call ended, a takeover marker says what happened.
+    marker = watching.locator("#timeline > li.marker.takeover")
+    assert marker.count() == 1
+    assert "stopped during the call" in marker.inner_text() and "handed it to a human" in marker.inner_text()
+    headline = watching.locator("#effects article.status-unknown .headline").inner_text()
+    assert headline.startswith("Unknown · waiting for a human")
     assert stack.provider is not None and stack.provider.get("/stats")["notifications"] == 0
 
     queue = session.new_page()
@@ -186,6 +201,9 @@ def test_resolve_from_the_queue_and_the_conversation_continues_live(
     watching.locator("#summary", has_text="finished").wait_for(timeout=WAIT_MS)
     assert watching.evaluate("window.__marker") == "no reload"
     assert watching.locator("#timeline > li.ev").count() > before
+    watching.reload()
+    settled = watching.locator("#effects article .headline", has_text="decided by a human, Ada")
+    assert settled.count() == 1, watching.locator("#effects").inner_text()
     operation = stack.api("/operations", conversation_id="notify-1")["operations"][0]
     assert operation["status"] == "confirmed" and operation["resolution"]["by"] == "human:demo:Ada"
     assert stack.provider.get("/stats")["notifications"] == 1  # retried once, done once
@@ -255,10 +273,7 @@ def test_search_finds_words_across_the_tenants_conversations_and_within_one(
     convs = {hits.nth(i).get_attribute("data-conversation-id") for i in range(hits.count())}
     assert convs == {"demo-3"}, convs  # planted in demo-3 and in the other tenant's other-1
     assert [m.lower() for m in page.locator("#hits mark").all_text_contents()] == ["kumquat7", "friday"]
-    for width, name in ((1400, "search-1400"), (420, "search-420")):
-        page.set_viewport_size({"width": width, "height": 900})
-        shot(page, artifacts, name)
-    page.set_viewport_size({"width": 1366, "height": 900})
+    shot(page, artifacts, "7-search")
     theirs = stack.api("/events", key="other-key", q=planted)["events"]
     assert theirs and {e["conversation_id"] for e in theirs} == {"other-1"}  # indexed, for its tenant
     assert _search(page, "another tenant", lambda _hits: True).count() == 0
@@ -297,7 +312,7 @@ def test_hostile_text_in_search_hits_stays_inert(session: Any, stack: Stack, art
     hits = _search(page, "script xss", lambda h: h.count() >= 2)
     assert page.locator("#hits script, #hits img").count() == 0
     assert page.evaluate("typeof window.__xss") == "undefined"
-    shot(page, artifacts, "search-hostile")
+    shot(page, artifacts, "8-search-hostile")
     page.close()
     assert session.errors == [], session.errors
 
