@@ -106,8 +106,9 @@ def _done(record: dict[str, Any]) -> str:
         "effect_resolved": "recorded a decision",
         "effect_unknown": "could not tell whether it happened, and handed it to a human",
     }[record["kind"]]
-    how = _BY.get(record["by"], "as " + who(record["by"]))
-    return f"{outcome} {how}"
+    if record["by"] == "runner":  # recovery's own record: no lookup, receipt or human answered
+        return f"{outcome} (recorded by the runner that took over)"
+    return f"{outcome} {_BY.get(record['by'], 'as ' + who(record['by']))}"
 
 
 def _marker(op: dict[str, Any], start: dict[str, Any], end: dict[str, Any], what: str) -> dict[str, Any]:

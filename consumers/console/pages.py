@@ -11,7 +11,7 @@ from fastapi.responses import Response
 
 from convdb.consumers._rows import from_micros
 from convdb.consumers.api.deps import Conn
-from convdb.consumers.console import crash, data
+from convdb.consumers.console import asof, crash, data
 from convdb.consumers.console.branches import branch_tree
 from convdb.consumers.console.live import conversation_version, list_version
 from convdb.consumers.console.render import SECURITY_HEADERS, fragment, render
@@ -91,19 +91,35 @@ def conversation_page(
     before: Text = None,
     at: Text = None,
     offset: Text = None,
+    seq: Text = None,
     notice: Text = None,
 ) -> Response:
-    """Timeline (live or as of a time/offset), the three facts, stats and chart, the effect ledger."""
+    """Timeline, the three facts, stats and chart, the effect ledger: live, or every panel as of a
+    time, an events offset or an event (`seq`)."""
     user = current_user(request)
     if user is None:
         return login_redirect()
+    then: asof.AsOf | None = None
     try:
         when, upto, until = parse_time(at, "at"), parse_int(offset, "offset"), parse_int(before, "before")
+        at_seq = parse_int(seq, "seq")
         page = data.conversation(conn, user.tenant_id, conversation_id)
-        if when is None and upto is None:
+        if when is None and upto is None and at_seq is None:
             timeline = data.live_timeline(conn, user.tenant_id, conversation_id, until)
         else:
-            timeline = data.as_of_timeline(conn, user.tenant_id, conversation_id, when, upto, until)
+            moment = asof.Moment(when, upto, at_seq)
+            if at_seq is not None:
+                written = asof.seq_time(conn, conversation_id, at_seq)
+                if written is None:
+                    raise HTTPException(400, f"conversation {conversation_id!r} has no event #{at_seq} yet")
+                moment.at = written if when is None else min(when, written)
+            then = asof.as_of(conn, conversation_id, page.summary, page.operations, moment)
+            start, stop = data.window(len(then.events), until)
+            shown = {"at": moment.at.isoformat() if moment.at else None, "offset": upto, "seq": at_seq}
+            timeline = data.Timeline(
+                then.events[start:stop], start, len(then.events), live=False, as_of=shown
+            )
+            page = data.ConversationPage(then.summary, then.status, then.operations, page.forks)
     except HTTPException as exc:
         return error_page(user, exc)
     return render(
@@ -124,8 +140,11 @@ def conversation_page(
         commands=_commands(page.summary["execution_status"]),
         branched=_branched(page.summary),
         markers=crash.place(crash.takeovers(page.operations), timeline.events),
-        as_of_at=local_input(when),
+        as_of_at=local_input(when if at_seq is None else None),
         as_of_offset="" if upto is None else upto,
+        as_of_seq="" if at_seq is None else at_seq,
+        live_panels=then is None,
+        asof_base=f"/console/conversations/{_q(conversation_id)}",
     )
 
 
@@ -138,7 +157,14 @@ def _timeline_links(
     conversation_id: str, timeline: data.Timeline, at: Any, offset: int | None, version: str
 ) -> dict[str, str]:
     base = f"/console/conversations/{_q(conversation_id)}"
-    keep = {k: v for k, v in (("at", at.isoformat() if at else None), ("offset", offset)) if v is not None}
+    moment = timeline.as_of or {}
+    if moment.get("seq") is not None:
+        at = None  # the seq names the moment (its time is derived from it again)
+    keep = {
+        k: v
+        for k, v in (("at", at.isoformat() if at else None), ("offset", offset), ("seq", moment.get("seq")))
+        if v is not None
+    }
     links = {"earlier_url": f"{base}?{urlencode({**keep, 'before': timeline.start})}", "later_url": ""}
     if timeline.end < timeline.total:
         links["later_url"] = f"{base}?{urlencode({**keep, 'before': timeline.end + data.TIMELINE_PAGE})}"

@@ -212,6 +212,30 @@ def test_resolve_from_the_queue_and_the_conversation_continues_live(
     queue.close()
 
 
+def test_as_of_an_event_shows_the_old_facts_on_every_panel(
+    session: Any, stack: Stack, artifacts: Path
+) -> None:
+    view = stack.api("/conversations/notify-1/view")["events"]
+    action = next(e for e in view if e["kind"] == "action")
+    page = session.new_page()
+    page.goto("/console/conversations/notify-1")
+    facts = page.locator("#facts").inner_text()
+    assert "The agent says done: yes" in facts and "The run loop stopped: yes" in facts
+    page.locator(f"#seq-{action['seq']} a.asof-link").click()
+    page.wait_for_url(f"**/console/conversations/notify-1?seq={action['seq']}")
+    assert f"As of event #{action['seq']}" in page.locator("#asof-banner").inner_text()
+    facts = page.locator("#facts").inner_text()
+    assert "The agent says done: no" in facts and "The run loop stopped: no" in facts
+    shown = page.locator("#timeline > li.ev").evaluate_all("items => items.map(i => Number(i.dataset.seq))")
+    assert shown and max(shown) == action["seq"]
+    assert page.locator("#timeline[data-live]").count() == 0  # nothing live in the past
+    shot(page, artifacts, "9-as-of")
+    page.locator("#asof-banner a", has_text="Back to now").click()
+    page.wait_for_url("**/console/conversations/notify-1")
+    assert "The agent says done: yes" in page.locator("#facts").inner_text()
+    page.close()
+
+
 def test_a_new_event_appears_live(session: Any, stack: Stack, artifacts: Path) -> None:
     page = session.new_page()
     page.goto("/console/conversations/demo-2")

@@ -60,7 +60,9 @@ def test_a_normal_call_is_settled_by_the_call_and_has_no_marker_and_no_blank_evi
 def test_a_human_decision_names_who_and_an_unknown_waits_for_one() -> None:
     unknown = op("unknown", rec("effect_started", "runner", 1), rec("effect_unknown", "lookup", 9))
     assert headline(unknown) == "Unknown · waiting for a human to decide (recorded by lookup)"
-    assert "handed it to a human" in takeovers([unknown])[0]["text"]
+    assert "handed it to a human by lookup" in takeovers([unknown])[0]["text"]
+    by_runner = op("unknown", rec("effect_started", "runner", 1), rec("effect_unknown", "runner", 9))
+    assert "handed it to a human (recorded by the runner that took over)" in takeovers([by_runner])[0]["text"]
     decided = op(
         "confirmed",
         rec("effect_started", "runner", 1),

@@ -130,6 +130,23 @@ def test_search_page_finds_the_tenants_words_marked_and_escaped(console_world: C
         assert empty.status_code == 200 and "no word in it" in empty.text
 
 
+def test_as_of_an_event_shows_every_panel_as_it_was_then(console_world: ConsoleWorld) -> None:
+    with console_world.client() as a:
+        sign_in(a, "key-a")
+        live = a.get("/console/conversations/a1").text
+        assert "Every effect confirmed:</strong> no" in live and 'id="asof-banner"' not in live
+        assert 'href="/console/conversations/a1?seq=10"' in live  # "as of here" on each event
+        then = a.get("/console/conversations/a1", params={"seq": "10"}).text
+        assert 'id="asof-banner"' in then and "As of event #10" in then and "Back to now" in then
+        assert "<dt>Events</dt><dd>10</dd>" in then  # the stats fold of the first 10 events
+        assert 'data-seq="10"' in then and 'data-seq="11"' not in then
+        assert "Every effect confirmed:</strong> yes" in then and "No side effects." in then
+        assert console_world.unknown_a not in then  # the unknown operation came later
+        assert "Send a message" not in then  # nothing live on an "as of" page
+        missing = a.get("/console/conversations/a1", params={"seq": "999"})
+        assert missing.status_code == 400 and "no event #999" in missing.text
+
+
 def test_forms_need_the_session_token_and_post_to_the_inbox(console_world: ConsoleWorld) -> None:
     settings = console_world.settings
     with console_world.client() as client:
