@@ -119,18 +119,25 @@ QUERIES = (
 )
 
 
-def timings(url: str) -> list[float]:
-    """ms of each search: every query shape, a first page then the next, `SEARCHES` times over."""
+SHAPES = ("rare word", "middling word", "common word", "two words", "one conversation")
+"""Names of `QUERIES`, in order (for the per-shape medians in the notes)."""
+
+
+def timings(url: str, by_shape: dict[str, list[float]] | None = None) -> list[float]:
+    """ms of each search: every query shape, a first page then the next, `SEARCHES` times over
+    (each also under its shape's name in `by_shape`)."""
     engine = open_engine(url, writer=False)
     times: list[float] = []
+    by_shape = {} if by_shape is None else by_shape
     with engine.connect() as conn:
         for _ in range(SEARCHES // 2):
-            for shape in QUERIES:
+            for name, shape in zip(SHAPES, QUERIES, strict=True):
                 cursor = None
                 for _page in range(2):
                     start = time.perf_counter()
                     page = search(conn, SearchQuery(tenant_id="bench", limit=PAGE, cursor=cursor, **shape))
                     times.append((time.perf_counter() - start) * 1000)
+                    by_shape.setdefault(name, []).append(times[-1])
                     if any(row["conversation_id"].endswith("99") for row in page.rows):
                         raise BenchError("full-text search returned another tenant's event")
                     cursor = page.cursor
@@ -157,18 +164,26 @@ def run(ctx: BenchContext) -> Figures:
     url = f"sqlite:///{ctx.workdir / 'fulltext.db'}"
     fill(url, count)
     filled = time.perf_counter() - started
-    times = timings(url)
+    shapes: dict[str, list[float]] = {}
+    times = timings(url, shapes)
     figures["fulltext_p50_ms"] = percentile(times, 0.5)
     figures["fulltext_p99_ms"] = percentile(times, 0.99)
     note = f"full-text: {count:,} events, {len(times)} searches per store; SQLite filled in {filled:.0f} s"
+    note += "; SQLite median by shape: " + _medians(shapes)
     pg_url = os.environ.get("CONVDB_BENCH_PG_URL", PG_DEFAULT)
     if _pg_reachable(pg_url, ctx):
         with pg_schema(pg_url) as store:
             started = time.perf_counter()
             fill(store, count)
             note += f", PostgreSQL in {time.perf_counter() - started:.0f} s"
-            times = timings(store)
+            shapes = {}
+            times = timings(store, shapes)
+        note += "; PostgreSQL median by shape: " + _medians(shapes)
         figures["fulltext_pg_p50_ms"] = percentile(times, 0.5)
         figures["fulltext_pg_p99_ms"] = percentile(times, 0.99)
     ctx.notes.append(note)
     return figures
+
+
+def _medians(shapes: dict[str, list[float]]) -> str:
+    return ", ".join(f"{name} {percentile(values, 0.5):.1f} ms" for name, values in shapes.items())
