@@ -209,7 +209,7 @@ def branches_page(request: Request, conversation_id: str, conn: Conn, leaf: Text
     if user is None:
         return login_redirect()
     try:
-        branches, events = branch_tree(conn, user.tenant_id, conversation_id, leaf or None)
+        branches, events, nodes = branch_tree(conn, user.tenant_id, conversation_id, leaf or None)
     except HTTPException as exc:
         return error_page(user, exc)
     return render(
@@ -217,6 +217,7 @@ def branches_page(request: Request, conversation_id: str, conn: Conn, leaf: Text
         **page_context(user, conn, "", f"Branches of {conversation_id}"),
         conversation_id=conversation_id,
         branches=branches,
+        nodes=nodes,
         events=events,
         shown=leaf if events else None,
     )

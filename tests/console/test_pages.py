@@ -235,6 +235,17 @@ def test_branches_and_forks_are_shown(console_world: ConsoleWorld) -> None:
         tree = client.get("/console/conversations/a3/branches").text
         rows = re.findall(r"<tr( class=\"active-branch\")?>\s*<td><a href=\"[^\"]+leaf=([^\"]+)\"", tree)
         assert [(bool(active), leaf) for active, leaf in rows] == [(True, a3[4].id), (False, a3[5].id)]
+        # The tree: the three events both branches share, then the two runs where they part, each
+        # leaf labelled by its branch's last message.
+        runs = re.findall(
+            r'<span class="run">(\d+) events? <span class="muted">#(\d+)(?:–#(\d+))?</span>', tree
+        )
+        assert runs == [("3", "1", "3"), ("2", "4", "5"), ("1", "6", "")], runs
+        leaves = re.findall(r'<a class="leaf( active)?" href="[^"]+leaf=([^"]+)"><bdi>([^<]*)</bdi>', tree)
+        assert [(bool(a), leaf, label) for a, leaf, label in leaves] == [
+            (True, a3[4].id, "user: please fix bug a3"),
+            (False, a3[5].id, "user: please fix bug a3"),
+        ]
         side = client.get("/console/conversations/a3/branches", params={"leaf": a3[5].id}).text
         assert event_ids(side) == [a3[0].id, a3[1].id, a3[2].id, a3[5].id]
         assert client.get("/console/conversations/a3/branches", params={"leaf": "nope"}).status_code == 404
