@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -45,7 +46,7 @@ class Node:
     """The branch that ends here (None: the run goes on into its children)."""
 
 
-def tree(paths: list[tuple[Branch, list[Any]]]) -> list[Node]:
+def tree(paths: Sequence[tuple[Branch, Sequence[Any]]]) -> list[Node]:
     """The branches' paths from the root as a tree of shared runs (a trie with single-child chains
     merged): each node is where some branches still go together, its children where they part."""
     root: dict[str, Any] = {}
@@ -70,7 +71,7 @@ def tree(paths: list[tuple[Branch, list[Any]]]) -> list[Node]:
     return build(root)
 
 
-def _label(path: list[Any]) -> str:
+def _label(path: Sequence[Any]) -> str:
     message = next((e for e in reversed(path) if e.kind == "message"), None)
     if message is None:
         return f"(no message; last event: {path[-1].kind})" if path else ""
@@ -93,7 +94,7 @@ def branch_tree(
     parents = {e.parent_id for e in nodes if e.parent_id}
     active_ids = [e.id for e in state.path]
     branches = []
-    paths = []
+    paths: list[tuple[Branch, Sequence[Any]]] = []
     for node in nodes:
         if node.id in parents:
             continue
