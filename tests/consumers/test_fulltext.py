@@ -112,6 +112,7 @@ def all_pages(conn: sa.Connection, **filters: object) -> list[dict]:
         cursor = page.cursor
 
 
+@pytest.mark.postgres
 def test_both_stores_find_what_the_pure_rule_finds(sqlite_url: str, pg_url: str) -> None:
     events = generated(7)
     records = [ConsumedRecord("ev", 0, i, 0, e.conversation_id, e) for i, e in enumerate(events)]
