@@ -166,6 +166,10 @@ def test_open_a_conversation_and_its_timeline_is_the_api_view(
         and f"{stats['prompt_tokens'] + stats['completion_tokens']:,} tokens" in svg
     )
     shot(page, artifacts, "2-conversation")
+    page.goto("/console/conversations/demo-1/branches")  # one branch: the tree is a single run
+    leaf = page.locator(".tree a.leaf.active")
+    assert leaf.count() == 1 and leaf.inner_text().startswith("assistant: ")
+    shot(page, artifacts, "2b-branches")
     page.close()
 
 
