@@ -35,7 +35,7 @@ def who(by: str) -> str:
     if by.startswith("human:"):
         _, tenant, name = (by.split(":", 2) + ["", ""])[:3]
         return f"a human, {name or 'unnamed'}" + (f" (tenant {tenant})" if tenant else "")
-    return by
+    return {"runner": "the runner", "reconciler": "the reconciler", "receipt": "a receipt"}.get(by, by)
 
 
 def _settling(ledger: list[dict[str, Any]]) -> dict[str, Any] | None:

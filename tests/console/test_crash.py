@@ -34,7 +34,7 @@ def test_a_call_killed_mid_flight_and_confirmed_by_lookup_is_a_takeover() -> Non
     assert (
         reason.startswith("Recorded by lookup")
         and "1 attempt;" in detail
-        and "effect_started by runner" in detail
+        and "effect_started by the runner" in detail
     )
     (marker,) = takeovers([killed])
     assert marker["at"].endswith(":23+00:00") and marker["gap_s"] == 21
