@@ -81,6 +81,12 @@ def test_demo_story_then_keep_until_ctrl_c(settings: Settings, tmp_path: Path) -
             assert conversation_id, decide
             listed = browser.get("/").text
             assert listed.count("data-conversation-id=") == 4  # two tasks, the crash act, the decision
+            crashed = re.search(r'data-conversation-id="(demo-crash-[0-9a-f]+)"', listed)
+            assert crashed, listed
+            page = browser.get(f"/console/conversations/{crashed.group(1)}").text
+            assert 'class="marker takeover"' in page  # the crash act, where it happened in the timeline
+            assert "stopped during the call" in page and "confirmed it by lookup" in page
+            assert "Confirmed by lookup (the provider was asked whether it happened)" in page
             queue = browser.get("/console/queue").text
             operation = re.search(r'data-operation-id="([^"]+)"', queue)
             assert operation and operation.group(1).startswith(conversation_id.group(1)), queue
