@@ -165,6 +165,12 @@ def test_open_a_conversation_and_its_timeline_is_the_api_view(
         svg.count("<polyline") == 2
         and f"{stats['prompt_tokens'] + stats['completion_tokens']:,} tokens" in svg
     )
+    # write_file and create_issue are one model turn: its thought is shown once, not twice.
+    assert (
+        page.locator("#timeline > li.kind-action", has_text="Another call of the same model turn").count()
+        == 1
+    )
+    assert page.locator("#timeline > li.kind-action .thought", has_text="Step 2 of 2").count() == 1
     shot(page, artifacts, "2-conversation")
     page.goto("/console/conversations/demo-1/branches")  # one branch: the tree is a single run
     leaf = page.locator(".tree a.leaf.active")
