@@ -28,6 +28,7 @@ BENCHMARKS: tuple[str, ...] = (
     "publish",
     "codec",
     "search",
+    "fulltext",
     "sink",
     "scaleout",
     "memory",

@@ -10,6 +10,7 @@ from __future__ import annotations
 import base64
 import binascii
 import json
+import re
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any, NamedTuple
@@ -24,7 +25,7 @@ from pydantic import (
     model_validator,
 )
 
-from convdb.projections._text import shorten
+from convdb.projections._text import ELLIPSIS, shorten
 from convdb.projections.errors import CursorError, QueryError
 from convdb.schemas._types import EventSource
 from convdb.schemas.events import Event, EventEnvelope, EventKind
@@ -34,6 +35,20 @@ TEXT_LIMIT = 160
 
 MAX_LIMIT = 500
 """Largest page a search may ask for."""
+
+BODY_LIMIT = 20_000
+"""Characters of an event's description that full-text search indexes (the rest is not found)."""
+TERM_LIMIT = 100
+"""Longest indexed word, in characters: a longer word is indexed (and looked for) by its first 100."""
+MAX_TERMS = 16
+"""Most words one full-text query may hold."""
+MAX_Q = 500
+"""Longest full-text query, in characters."""
+SNIPPET_LIMIT = 200
+"""Length of a search hit's snippet, in characters."""
+
+_WORD = re.compile(r"[^\W_]+")
+"""A word of full-text search: a run of letters and digits (anything else separates words)."""
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _CURSOR_VERSION = 1
@@ -133,6 +148,61 @@ _DESCRIPTIONS: dict[str, Callable[[Any], str]] = {
 }
 
 
+def terms(text: str) -> list[str]:
+    """The words full-text search sees in `text`: lower-cased, each cut at `TERM_LIMIT`, in order.
+
+    Both stores are given these words joined by spaces (SQLite FTS5's unicode61 tokenizer and
+    PostgreSQL's `simple` configuration then split and fold them alike), so they answer the same.
+    """
+    return [word[:TERM_LIMIT] for word in _WORD.findall(text.lower())]
+
+
+def search_body(event: Event) -> str:
+    """What full-text search indexes of an event: the words of its description (message text,
+    thought, tool name, arguments and result, error, reason), its first `BODY_LIMIT` characters."""
+    return " ".join(terms(describe(event)[:BODY_LIMIT]))
+
+
+def query_terms(q: str) -> tuple[str, ...]:
+    """The distinct words of a full-text query, in order; an event matches when it holds all of them.
+
+    Raises:
+        QueryError: the query holds no word, or more than `MAX_TERMS`.
+    """
+    words = tuple(dict.fromkeys(terms(q)))
+    if not words:
+        raise QueryError("bad search filter `q`: no word in it (letters or digits); give one or more words")
+    if len(words) > MAX_TERMS:
+        raise QueryError(f"bad search filter `q`: {len(words)} words, at most {MAX_TERMS}; use fewer words")
+    return words
+
+
+class Snippet(NamedTuple):
+    """A part of a hit's text around its first match, and where the query's words are in it."""
+
+    text: str
+    highlights: tuple[tuple[int, int], ...]
+    """(start, end) character offsets into `text`, in order, not overlapping."""
+
+
+def snippet(text: str, words: tuple[str, ...], limit: int = SNIPPET_LIMIT) -> Snippet:
+    """The part of `text` (whitespace collapsed) around the first of `words`, at most `limit`
+    characters, with an ellipsis on each side that was cut, and the offsets of the words in it."""
+    text = " ".join(text.split())
+    wanted = set(words)
+    found = [(m.start(), m.end()) for m in _WORD.finditer(text) if m.group().lower()[:TERM_LIMIT] in wanted]
+    start = 0
+    if found and len(text) > limit:
+        start = max(0, min(found[0][0] - limit // 4, len(text) - limit))
+    end = min(len(text), start + limit)
+    head = ELLIPSIS if start > 0 else ""
+    tail = ELLIPSIS if end < len(text) else ""
+    shown = head + text[start:end] + tail
+    shift = len(head) - start
+    marks = tuple((a + shift, min(b, end) + shift) for a, b in found if a >= start and a < end)
+    return Snippet(shown, marks)
+
+
 def encode_cursor(row: IndexRow | Cursor) -> str:
     """The opaque cursor that resumes a search strictly after `row`."""
     key = [_CURSOR_VERSION, micros(row.timestamp), row.conversation_id, row.seq, row.event_id]
@@ -186,6 +256,9 @@ class SearchQuery(BaseModel):
     until: AwareDatetime | None = Field(None, description="Only events before this time.")
     limit: int = Field(50, ge=1, le=MAX_LIMIT, description="Rows per page.")
     cursor: str | None = Field(None, description="Resume after this position (from a previous page).")
+    q: str | None = Field(
+        None, max_length=MAX_Q, description="Only events whose text holds all these words (full-text)."
+    )
 
     def __init__(self, **filters: Any) -> None:
         try:
@@ -199,6 +272,18 @@ class SearchQuery(BaseModel):
         if value is not None:
             decode_cursor(value)  # raises CursorError, which pydantic lets through
         return value
+
+    @field_validator("q")
+    @classmethod
+    def _q_has_words(cls, value: str | None) -> str | None:
+        if value is not None:
+            query_terms(value)  # raises QueryError, which pydantic lets through
+        return value
+
+    @property
+    def words(self) -> tuple[str, ...]:
+        """The full-text query's words (empty without `q`)."""
+        return () if self.q is None else query_terms(self.q)
 
     @model_validator(mode="after")
     def _range_is_ordered(self) -> SearchQuery:

@@ -113,3 +113,13 @@ def test_publish_bench_runs_on_both_brokers_side_by_side() -> None:
     assert header in proc.stdout, proc.stdout
     side = proc.stdout[proc.stdout.index(header) :]
     assert "| `publish_events_per_s` |" in side and "| `publish_ratio` |" in side
+
+
+def test_the_fulltext_bench_fills_a_store_and_times_its_searches(tmp_path: Path) -> None:
+    from bench import fulltext
+
+    url = f"sqlite:///{tmp_path / 'fulltext.db'}"
+    fulltext.fill(url, 3_000)
+    times = fulltext.timings(url)  # raises BenchError on another tenant's hit or a short common page
+    assert len(times) >= fulltext.SEARCHES // 2 * len(fulltext.QUERIES) and all(t > 0 for t in times)
+    assert fulltext.percentile(times, 0.5) <= fulltext.percentile(times, 0.99)

@@ -14,7 +14,7 @@ from contextlib import asynccontextmanager
 from typing import Any
 from urllib.parse import unquote_to_bytes
 
-from fastapi import FastAPI, Request
+from fastapi import Depends, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.openapi.utils import get_openapi
 from fastapi.responses import JSONResponse
@@ -23,7 +23,7 @@ from uvicorn.middleware.proxy_headers import ProxyHeadersMiddleware
 from convdb.consumers.api import observe
 from convdb.consumers.api._slots import TenantScope, WriteShareError
 from convdb.consumers.api.deps import ApiContext
-from convdb.consumers.api.params import Problem
+from convdb.consumers.api.params import Problem, refuse_unknown_query
 from convdb.consumers.errors import QueryInputError
 from convdb.consumers.store import lock_schema, open_engine
 from convdb.infra.errors import PublishError
@@ -74,7 +74,10 @@ def create_app(
         # uvicorn's own handling off (it trusts 127.0.0.1 by default, i.e. any local caller).
         app.add_middleware(ProxyHeadersMiddleware, trusted_hosts=list(settings.api.trusted_proxies))
     for name in routers:
-        app.include_router(importlib.import_module(name).router)
+        # The API's routes refuse query parameters they do not declare; the console's pages are
+        # links a browser follows, and keep answering them.
+        checked = [] if name.startswith("convdb.consumers.console") else [Depends(refuse_unknown_query)]
+        app.include_router(importlib.import_module(name).router, dependencies=checked)
     app.add_exception_handler(RequestValidationError, _bad_request)
     app.add_exception_handler(QueryError, _query_error)
     app.add_exception_handler(QueryInputError, _query_error)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
@@ -172,6 +173,15 @@ def get_conversation(conversation_id: ConversationIdPath, tenant_id: Tenant, con
     if row is None:
         raise HTTPException(404, f"no conversation {conversation_id!r}")
     return _summary(row, agents(conn, [conversation_id]).get(conversation_id))
+
+
+def summaries(conn: Connection, tenant_id: str, conversation_ids: Iterable[str]) -> dict[str, dict[str, Any]]:
+    """The summaries of some of the tenant's conversations, by id (those it does not have are left out)."""
+    wanted = sorted(set(conversation_ids))
+    if not wanted:
+        return {}
+    query = _summary_query(tenant_id).where(views_table.c.conversation_id.in_(wanted))
+    return {row.conversation_id: _summary(row) for row in conn.execute(query)}
 
 
 @router.get(

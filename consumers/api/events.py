@@ -11,7 +11,7 @@ from fastapi import APIRouter, Query
 from convdb.consumers.api.deps import Conn, Tenant
 from convdb.consumers.api.params import AUTHENTICATED, ConversationIdQuery, KeysetQuery, LimitQuery
 from convdb.consumers.index import search
-from convdb.projections.index import SearchQuery
+from convdb.projections.index import MAX_Q, SearchQuery
 
 router = APIRouter(tags=["events"], responses=AUTHENTICATED)
 
@@ -31,10 +31,20 @@ def search_events(
     until: Annotated[datetime | None, Query(description="Before this time (ISO-8601).")] = None,
     limit: LimitQuery = 50,
     cursor: KeysetQuery = None,
+    q: Annotated[
+        str | None,
+        Query(
+            description="Full-text: only events whose text (message, thought, tool arguments and "
+            "result, error) holds every word; each hit then has a `snippet`.",
+            max_length=MAX_Q,
+        ),
+    ] = None,
 ) -> dict[str, Any]:
     """Events in (timestamp, conversation, seq) order; pass `next_cursor` back for the next page.
 
-    A bad filter or cursor answers 400 with a message naming it.
+    With `q`, each event has `snippet`: `text` around the first word found, and `highlights`, the
+    (start, end) character offsets of the words in it (the text is plain: escape it to show it).
+    A bad filter, cursor or an unknown query parameter answers 400 with a message naming it.
     """
     query = SearchQuery(
         tenant_id=tenant_id,
@@ -45,6 +55,7 @@ def search_events(
         until=until,
         limit=limit,
         cursor=cursor,
+        q=q,
     )
     page = search(conn, query)
     return {"events": [_event(r) for r in page.rows], "next_cursor": page.cursor}
@@ -61,4 +72,7 @@ def _event(row: dict[str, Any]) -> dict[str, Any]:
         "partition": row["partition"],
         "offset": row["offset"],
         "event": json.loads(row["payload"]),
+        "snippet": None
+        if row["snippet"] is None
+        else {"text": row["snippet"].text, "highlights": [list(h) for h in row["snippet"].highlights]},
     }

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from fastapi import Path, Query
+from fastapi import HTTPException, Path, Query, Request
 from pydantic import AfterValidator, BaseModel, Field
 
 from convdb.schemas.validation import (
@@ -118,3 +118,32 @@ def problems(*codes: int) -> dict[int | str, dict[str, Any]]:
 
 AUTHENTICATED = problems(400, 401, 429)
 """What every route behind `X-API-Key` may answer."""
+
+
+_DECLARED: dict[int, frozenset[str]] = {}
+
+
+def refuse_unknown_query(request: Request) -> None:
+    """A dependency: 400 naming a query parameter the route does not declare (a typo such as
+    `?kinds=` or a filter this route has not would otherwise be ignored, and the answer unfiltered)."""
+    route = request.scope.get("route")
+    dependant = getattr(route, "dependant", None)
+    if dependant is None:
+        return
+    known = _DECLARED.get(id(route))
+    if known is None:
+        known = frozenset(_query_names(dependant))
+        _DECLARED[id(route)] = known
+    unknown = sorted(set(request.query_params) - known)
+    if unknown:
+        shown = ", ".join(repr(name[:40]) for name in unknown[:5])
+        allowed = ", ".join(sorted(known)) or "none"
+        raise HTTPException(400, f"unknown query parameter {shown}; this route takes: {allowed}")
+
+
+def _query_names(dependant: Any) -> set[str]:
+    """The query parameter names a route's dependant and its sub-dependencies declare."""
+    names = {field.alias for field in dependant.query_params}
+    for sub in dependant.dependencies:
+        names |= _query_names(sub)
+    return names

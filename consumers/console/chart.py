@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
-WIDTH, HEIGHT, PAD = 560, 160, 36
+WIDTH, HEIGHT = 560, 220
+LEFT, RIGHT, TOP, BOTTOM = 58, 58, 26, 40
+"""Plot margins: the token axis on the left, the cost axis on the right, time below."""
+TICKS = 4
+"""Intervals on each axis (5 labelled ticks)."""
 MAX_POINTS = 240
 """Points drawn per line; longer series are thinned (the last point is always kept)."""
 
@@ -22,6 +26,14 @@ class Chart:
     start: str
     end: str
     calls: int
+    x_ticks: tuple[tuple[float, str], ...] = ()
+    """(x, UTC time label) along the time axis."""
+    y_ticks: tuple[tuple[float, str, str], ...] = ()
+    """(y, tokens label, cost label) up both value axes."""
+    dots: tuple[tuple[float, float], ...] = ()
+    """(x, y) of each LLM call drawn on the tokens line."""
+    box: tuple[int, int, int, int] = (LEFT, TOP, WIDTH - RIGHT, HEIGHT - BOTTOM)
+    """The plot area: x0, y0, x1, y1."""
 
     @property
     def summary(self) -> str:
@@ -45,25 +57,35 @@ def usage_chart(usages: list[dict[str, Any]]) -> Chart | None:
         cost.append(c_sum)
     keep = _thin(len(usages))
     span = (times[-1] - times[0]) or 1.0
+    x0, y0, x1, y1 = LEFT, TOP, WIDTH - RIGHT, HEIGHT - BOTTOM
+
+    def xy(i: int, value: float, top: float) -> tuple[float, float]:
+        return x0 + (times[i] - times[0]) / span * (x1 - x0), y1 - value / (top or 1.0) * (y1 - y0)
 
     def line(values: list[float], top: float) -> str:
-        top = top or 1.0
-        points = []
-        for i in keep:
-            x = PAD + (times[i] - times[0]) / span * (WIDTH - 2 * PAD)
-            y = HEIGHT - PAD / 2 - values[i] / top * (HEIGHT - PAD)
-            points.append(f"{x:.1f},{y:.1f}")
-        return " ".join(points)
+        return " ".join("{:.1f},{:.1f}".format(*xy(i, values[i], top)) for i in keep)
 
+    x_ticks = tuple((x0 + k / TICKS * (x1 - x0), _utc(times[0] + k / TICKS * span)) for k in range(TICKS + 1))
+    y_ticks = tuple(
+        (y1 - k / TICKS * (y1 - y0), f"{round(t_sum * k / TICKS):,}", f"${c_sum * k / TICKS:,.4f}")
+        for k in range(TICKS + 1)
+    )
     return Chart(
         tokens=line([float(v) for v in tokens], float(t_sum)),
         cost=line(cost, c_sum),
+        x_ticks=x_ticks,
+        y_ticks=y_ticks,
+        dots=tuple(xy(i, float(tokens[i]), float(t_sum)) for i in keep),
         total_tokens=t_sum,
         total_cost=c_sum,
         start=usages[0]["timestamp"],
         end=usages[-1]["timestamp"],
         calls=len(usages),
     )
+
+
+def _utc(seconds: float) -> str:
+    return datetime.fromtimestamp(seconds, UTC).strftime("%H:%M:%S")
 
 
 def _thin(n: int) -> list[int]:

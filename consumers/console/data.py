@@ -16,7 +16,7 @@ from typing import Any
 from fastapi import HTTPException
 from sqlalchemy.engine import Connection
 
-from convdb.consumers.api.conversations import conversation_page, get_conversation, get_view
+from convdb.consumers.api.conversations import conversation_page, get_conversation, get_view, summaries
 from convdb.consumers.console.chart import Chart, usage_chart
 from convdb.consumers.effects import (
     conversation_status,
@@ -69,7 +69,12 @@ def conversations(conn: Connection, tenant_id: str, **filters: Any) -> dict[str,
     return page
 
 
-def _window(total: int, before: int | None) -> tuple[int, int]:
+def titles(conn: Connection, tenant_id: str, conversation_ids: set[str]) -> dict[str, str | None]:
+    """The titles of some of the tenant's conversations (None: not titled yet)."""
+    return {conv: s["title"] for conv, s in summaries(conn, tenant_id, conversation_ids).items()}
+
+
+def window(total: int, before: int | None) -> tuple[int, int]:
     stop = total if before is None else max(0, min(before, total))
     return max(0, stop - TIMELINE_PAGE), stop
 
@@ -79,7 +84,7 @@ def live_timeline(conn: Connection, tenant_id: str, conversation_id: str, before
     head = branch_head(conn, tenant_id, conversation_id)
     if head is None:
         raise HTTPException(404, f"no conversation {conversation_id!r}")
-    start, stop = _window(head.branch_length, before)
+    start, stop = window(head.branch_length, before)
     events = branch_events(conn, conversation_id, head.segments, start, stop)
     return Timeline(events, start, head.branch_length, live=stop == head.branch_length)
 
@@ -95,7 +100,7 @@ def as_of_timeline(
     """The active branch as it was at a time or offset (the audit view), a window of it."""
     body = get_view(conversation_id, tenant_id, conn, at=at, offset=offset)
     events = body["events"]
-    start, stop = _window(len(events), before)
+    start, stop = window(len(events), before)
     return Timeline(events[start:stop], start, len(events), live=False, as_of=body["as_of"])
 
 

@@ -9,8 +9,9 @@ from urllib.parse import quote, urlencode
 from fastapi import APIRouter, HTTPException, Query, Request
 from fastapi.responses import Response
 
+from convdb.consumers._rows import from_micros
 from convdb.consumers.api.deps import Conn
-from convdb.consumers.console import data
+from convdb.consumers.console import asof, crash, data
 from convdb.consumers.console.branches import branch_tree
 from convdb.consumers.console.live import conversation_version, list_version
 from convdb.consumers.console.render import SECURITY_HEADERS, fragment, render
@@ -25,7 +26,10 @@ from convdb.consumers.console.web import (
     parse_time,
 )
 from convdb.consumers.errors import QueryInputError
+from convdb.consumers.index import search
 from convdb.consumers.views.queries import branch_head
+from convdb.projections.errors import QueryError
+from convdb.projections.index import SearchQuery, Snippet
 
 router = APIRouter(include_in_schema=False)
 
@@ -87,19 +91,35 @@ def conversation_page(
     before: Text = None,
     at: Text = None,
     offset: Text = None,
+    seq: Text = None,
     notice: Text = None,
 ) -> Response:
-    """Timeline (live or as of a time/offset), the three facts, stats and chart, the effect ledger."""
+    """Timeline, the three facts, stats and chart, the effect ledger: live, or every panel as of a
+    time, an events offset or an event (`seq`)."""
     user = current_user(request)
     if user is None:
         return login_redirect()
+    then: asof.AsOf | None = None
     try:
         when, upto, until = parse_time(at, "at"), parse_int(offset, "offset"), parse_int(before, "before")
+        at_seq = parse_int(seq, "seq")
         page = data.conversation(conn, user.tenant_id, conversation_id)
-        if when is None and upto is None:
+        if when is None and upto is None and at_seq is None:
             timeline = data.live_timeline(conn, user.tenant_id, conversation_id, until)
         else:
-            timeline = data.as_of_timeline(conn, user.tenant_id, conversation_id, when, upto, until)
+            moment = asof.Moment(when, upto, at_seq)
+            if at_seq is not None:
+                written = asof.seq_time(conn, conversation_id, at_seq)
+                if written is None:
+                    raise HTTPException(400, f"conversation {conversation_id!r} has no event #{at_seq} yet")
+                moment.at = written if when is None else min(when, written)
+            then = asof.as_of(conn, conversation_id, page.summary, page.operations, moment)
+            start, stop = data.window(len(then.events), until)
+            shown = {"at": moment.at.isoformat() if moment.at else None, "offset": upto, "seq": at_seq}
+            timeline = data.Timeline(
+                then.events[start:stop], start, len(then.events), live=False, as_of=shown
+            )
+            page = data.ConversationPage(then.summary, then.status, then.operations, page.forks)
     except HTTPException as exc:
         return error_page(user, exc)
     return render(
@@ -119,8 +139,12 @@ def conversation_page(
         notice=NOTICES.get(notice or ""),
         commands=_commands(page.summary["execution_status"]),
         branched=_branched(page.summary),
-        as_of_at=local_input(when),
+        markers=crash.place(crash.takeovers(page.operations), timeline.events),
+        as_of_at=local_input(when if at_seq is None else None),
         as_of_offset="" if upto is None else upto,
+        as_of_seq="" if at_seq is None else at_seq,
+        live_panels=then is None,
+        asof_base=f"/console/conversations/{_q(conversation_id)}",
     )
 
 
@@ -133,7 +157,14 @@ def _timeline_links(
     conversation_id: str, timeline: data.Timeline, at: Any, offset: int | None, version: str
 ) -> dict[str, str]:
     base = f"/console/conversations/{_q(conversation_id)}"
-    keep = {k: v for k, v in (("at", at.isoformat() if at else None), ("offset", offset)) if v is not None}
+    moment = timeline.as_of or {}
+    if moment.get("seq") is not None:
+        at = None  # the seq names the moment (its time is derived from it again)
+    keep = {
+        k: v
+        for k, v in (("at", at.isoformat() if at else None), ("offset", offset), ("seq", moment.get("seq")))
+        if v is not None
+    }
     links = {"earlier_url": f"{base}?{urlencode({**keep, 'before': timeline.start})}", "later_url": ""}
     if timeline.end < timeline.total:
         links["later_url"] = f"{base}?{urlencode({**keep, 'before': timeline.end + data.TIMELINE_PAGE})}"
@@ -178,7 +209,7 @@ def branches_page(request: Request, conversation_id: str, conn: Conn, leaf: Text
     if user is None:
         return login_redirect()
     try:
-        branches, events = branch_tree(conn, user.tenant_id, conversation_id, leaf or None)
+        branches, events, nodes = branch_tree(conn, user.tenant_id, conversation_id, leaf or None)
     except HTTPException as exc:
         return error_page(user, exc)
     return render(
@@ -186,6 +217,7 @@ def branches_page(request: Request, conversation_id: str, conn: Conn, leaf: Text
         **page_context(user, conn, "", f"Branches of {conversation_id}"),
         conversation_id=conversation_id,
         branches=branches,
+        nodes=nodes,
         events=events,
         shown=leaf if events else None,
     )
@@ -211,6 +243,72 @@ def queue_page(
         notice=notice,
         notice_conversation=notice_conversation,
     )
+
+
+@router.get("/console/search", summary="console: search")
+def search_page(
+    request: Request,
+    conn: Conn,
+    q: Text = None,
+    conversation_id: Text = None,
+    cursor: Text = None,
+) -> Response:
+    """Full-text search over the tenant's events (or one conversation's): hits with their snippets."""
+    user = current_user(request)
+    if user is None:
+        return login_redirect()
+    hits: list[dict[str, Any]] = []
+    next_url, error = "", None
+    if q:
+        try:
+            query = SearchQuery(
+                tenant_id=user.tenant_id,
+                q=q,
+                conversation_id=conversation_id or None,
+                cursor=cursor or None,
+                limit=25,
+            )
+            page = search(conn, query)
+        except QueryError as exc:
+            error = str(exc)
+        else:
+            titles = data.titles(conn, user.tenant_id, {r["conversation_id"] for r in page.rows})
+            hits = [
+                {
+                    **row,
+                    "parts": _marked(row["snippet"]),
+                    "title": titles.get(row["conversation_id"]),
+                    "when": from_micros(row["timestamp_us"]),
+                }
+                for row in page.rows
+            ]
+            if page.cursor:
+                kept = {"q": q, "conversation_id": conversation_id or "", "cursor": page.cursor}
+                next_url = "/console/search?" + urlencode(kept)
+    return render(
+        "search.html",
+        **page_context(user, conn, "search", f"Search: {q}" if q else "Search"),
+        q=q or "",
+        conversation_id=conversation_id or "",
+        hits=hits,
+        searched=bool(q) and error is None,
+        error=error,
+        later=bool(cursor),
+        next_url=next_url,
+    )
+
+
+def _marked(snippet: Snippet) -> list[tuple[str, bool]]:
+    """A snippet as (text, is a match) parts, for the template to escape and mark."""
+    parts, at = [], 0
+    for start, end in snippet.highlights:
+        if start > at:
+            parts.append((snippet.text[at:start], False))
+        parts.append((snippet.text[start:end], True))
+        at = end
+    if at < len(snippet.text):
+        parts.append((snippet.text[at:], False))
+    return parts
 
 
 DECISION_TEXT = {

@@ -17,6 +17,7 @@ from fastapi.responses import HTMLResponse, RedirectResponse
 from jinja2 import Environment, PackageLoader, select_autoescape
 
 from convdb.consumers.api._body import read_capped
+from convdb.consumers.console import crash
 
 MAX_FORM_BYTES = 256 * 1024
 """Largest POST body a console form may send (a message is at most 100k characters)."""
@@ -49,6 +50,9 @@ KIND_LABELS = {
     "external": "Foreign record",
 }
 """How the timeline names each event kind."""
+
+BOOKKEEPING_KINDS = frozenset({"llm_usage", "state_update", "title"})
+"""Kinds the timeline collapses by default (a filter shows them): the runtime's bookkeeping."""
 
 LABEL_ONLY_KINDS = frozenset({"external"})
 """Kinds the timeline shows by their label alone: `_events.html` has a body for every other kind."""
@@ -85,6 +89,21 @@ def _cost(value: float | None) -> str:
     return "–" if value is None else f"${value:,.4f}"
 
 
+def _script_lines(text: str) -> list[tuple[str, str, str]]:
+    """A user message as (what, text, arguments) lines: `("text", line, "")`, or a scripted model's
+    directive (`convdb.producers.scripted`): `("call", tool, json)` for `!tool {json}` (a new step)
+    and `("parallel", tool, json)` for `+tool {json}` (another call in the same step)."""
+    lines = []
+    for line in text.splitlines():
+        stripped = line.strip()
+        name, _, args = stripped[1:].partition(" ")
+        if stripped[:1] in ("!", "+") and name.strip():
+            lines.append(("call" if stripped[0] == "!" else "parallel", name.strip(), args.strip() or "{}"))
+        else:
+            lines.append(("text", line, ""))
+    return lines
+
+
 def _environment() -> Environment:
     env = Environment(
         loader=PackageLoader("convdb.consumers.console", "templates"),
@@ -99,8 +118,12 @@ def _environment() -> Environment:
         cost=_cost,
         thousands=lambda n: f"{n or 0:,}",
         q=lambda v: quote(str(v), safe=""),
+        script_lines=_script_lines,
     )
     env.globals["labels"] = KIND_LABELS
+    env.globals["bookkeeping"] = BOOKKEEPING_KINDS
+    env.globals["op_headline"] = crash.headline
+    env.globals["op_evidence"] = crash.reason_and_detail
     return env
 
 

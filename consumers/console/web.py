@@ -154,13 +154,13 @@ def unknowns(conn: Connection, tenant_id: str) -> int:
 
 
 def parse_time(value: str | None, name: str) -> datetime | None:
-    """A time from a form (`datetime-local`, taken as UTC) or ISO-8601 text; 400 when unreadable."""
+    """A time from a form (`YYYY-MM-DD[ HH:MM[:SS]]`, taken as UTC) or ISO-8601 text; 400 when unreadable."""
     if not value:
         return None
     try:
         when = datetime.fromisoformat(value.strip().replace("Z", "+00:00"))
     except ValueError as exc:
-        raise HTTPException(400, f"`{name}` is not a time: {value!r} (use 2025-01-31T12:00:00)") from exc
+        raise HTTPException(400, f"`{name}` is not a time: {value!r} (use 2025-01-31 12:00:00, UTC)") from exc
     return when if when.tzinfo else when.replace(tzinfo=UTC)
 
 
@@ -174,8 +174,8 @@ def parse_int(value: str | None, name: str, upper: int = 2**62) -> int | None:
 
 
 def local_input(value: datetime | None) -> str:
-    """A time as a `datetime-local` input value (UTC)."""
-    return "" if value is None else value.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S")
+    """A time as a form input shows it: `YYYY-MM-DD HH:MM:SS`, in UTC (the label says so)."""
+    return "" if value is None else value.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S")
 
 
 def page_context(user: ConsoleUser, conn: Connection, nav: str, title: str, **more: Any) -> dict[str, Any]:

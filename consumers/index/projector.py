@@ -17,18 +17,27 @@ from sqlalchemy.engine import Connection
 from convdb.consumers._chains import Chains
 from convdb.consumers._rows import micros
 from convdb.consumers.base import Batch, ConsumedRecord, DigestOf, Rejection, TableProjector
-from convdb.consumers.index.tables import COLUMNS, KEY, conversations, events, metadata
+from convdb.consumers.index.tables import (
+    COLUMNS,
+    KEY,
+    TEXT_COLUMNS,
+    conversations,
+    events,
+    metadata,
+    text,
+)
 from convdb.consumers.store import bulk_insert
 from convdb.projections import chain
 from convdb.projections._sequence import ANNOTATION_SEQ
 from convdb.projections.errors import ProjectionError
+from convdb.projections.index import search_body
 
 
 class IndexConsumer(TableProjector):
     """Projector `index`: one row per event the chain admits; a re-delivered event id is skipped."""
 
     name = "index"
-    version = 7
+    version = 8
     metadata = metadata
     digest_of = (DigestOf(events, ("event_id",), ("seq", "event_id")),)
 
@@ -47,6 +56,8 @@ class IndexConsumer(TableProjector):
         kept = batch.events() if not skipped else [r for r in batch.events() if id(r) not in skipped]
         batch.store_payloads(connection, kept)
         bulk_insert(connection, events, COLUMNS, [row_of(r) for r in kept], ignore_conflicts_on=KEY)
+        worded = [row for row in map(text_row_of, kept) if row[-1]]
+        bulk_insert(connection, text, TEXT_COLUMNS, worded, ignore_conflicts_on=KEY)
         chains.write(connection)
         return rejected
 
@@ -150,4 +161,21 @@ def row_of(record: ConsumedRecord) -> tuple[Any, ...]:
         micros(e.timestamp),
         record.partition,
         record.offset,
+    )
+
+
+def text_row_of(record: ConsumedRecord) -> tuple[Any, ...]:
+    """The full-text row of one event record, in `TEXT_COLUMNS` order (an empty body: no row)."""
+    e: Any = record.value
+    return (
+        e.tenant_id,
+        e.conversation_id,
+        micros(e.timestamp),
+        e.id,
+        e.seq,
+        e.kind,
+        e.source,
+        record.partition,
+        record.offset,
+        search_body(e),
     )

@@ -18,10 +18,17 @@ from sqlalchemy.engine import Connection
 
 from convdb.consumers._rows import event_from_payload, from_micros, micros
 from convdb.consumers.errors import QueryInputError
-from convdb.consumers.index.tables import COLUMNS, events
+from convdb.consumers.index.tables import COLUMNS, FTS, TSVECTOR, events, text
 from convdb.consumers.store import stored_payload
 from convdb.projections._text import shorten
-from convdb.projections.index import TEXT_LIMIT, Cursor, SearchQuery, describe, encode_cursor
+from convdb.projections.index import (
+    TEXT_LIMIT,
+    Cursor,
+    SearchQuery,
+    describe,
+    encode_cursor,
+    snippet,
+)
 
 MAX_COMBINATIONS = 32
 """Most (kind, source) pairs one search may ask for (each is one index range scan)."""
@@ -68,11 +75,53 @@ def page_query(
     return stmt.order_by(*order).limit(query.limit + 1)
 
 
-def _with_text(row: dict[str, Any]) -> dict[str, Any]:
-    """A page row as search returns it: the display text, and the payload as the event's JSON text."""
+def text_query(query: SearchQuery, dialect: str) -> sa.Select[Any]:
+    """The SELECT of a full-text search (`query.q`): `limit + 1` matching rows after the cursor.
+
+    The store's word index finds the tenant's events holding every word; the filters and the
+    keyset order apply to those (a page costs what the rarest word's matches cost, not N).
+    """
+    c = text.c
+    columns = [c[name] for name in _COLUMNS if name != "parent_id"]
+    stmt = sa.select(*columns, sa.null().label("parent_id"), stored_payload(text))
+    if dialect == "sqlite":
+        words = " AND ".join(f'"{word}"' for word in query.words)  # words are letters and digits only
+        fts = sa.table(FTS, sa.column("rowid"))
+        stmt = stmt.join(fts, fts.c.rowid == c.doc).where(sa.literal_column(FTS).op("MATCH")(words))
+    else:
+        words = " & ".join(query.words)
+        stmt = stmt.where(
+            sa.text(f"{TSVECTOR} @@ to_tsquery('simple'::regconfig, :words)").bindparams(words=words)
+        )
+    stmt = stmt.where(c.tenant_id == query.tenant_id)
+    if query.conversation_id is not None:
+        stmt = stmt.where(c.conversation_id == query.conversation_id)
+    if query.kinds:
+        stmt = stmt.where(c.kind.in_(query.kinds))
+    if query.sources:
+        stmt = stmt.where(c.source.in_(query.sources))
+    if query.since is not None:
+        stmt = stmt.where(c.timestamp_us >= micros(query.since))
+    if query.until is not None:
+        stmt = stmt.where(c.timestamp_us < micros(query.until))
+    after = query.after
+    if after is not None:
+        position = (after.timestamp_us, after.conversation_id, after.seq, after.event_id)
+        stmt = stmt.where(
+            sa.tuple_(c.timestamp_us, c.conversation_id, c.seq, c.event_id) > sa.tuple_(*position)
+        )
+    return stmt.order_by(c.timestamp_us, c.conversation_id, c.seq, c.event_id).limit(query.limit + 1)
+
+
+def _with_text(row: dict[str, Any], words: tuple[str, ...]) -> dict[str, Any]:
+    """A page row as search returns it: the display text, the payload as the event's JSON text, and
+    for a full-text search the snippet around the words (None without one)."""
     event = event_from_payload(row["payload"])
-    row["text"] = shorten(describe(event), TEXT_LIMIT)
+    described = describe(event)
+    row["text"] = shorten(described, TEXT_LIMIT)
     row["payload"] = event.__pydantic_serializer__.to_json(event).decode()
+    row["parent_id"] = event.parent_id
+    row["snippet"] = snippet(described, words) if words else None
     return row
 
 
@@ -82,6 +131,8 @@ def search(conn: Connection, query: SearchQuery) -> Page:
     Raises:
         QueryInputError: more (kind, source) combinations than `MAX_COMBINATIONS`.
     """
+    if query.q is not None:
+        return _page([dict(r._mapping) for r in conn.execute(text_query(query, conn.dialect.name))], query)
     kinds: tuple[str | None, ...] = query.kinds or (None,)
     sources: tuple[str | None, ...] = query.sources or (None,)
     combos = list(itertools.product(kinds, sources))
@@ -95,9 +146,13 @@ def search(conn: Connection, query: SearchQuery) -> Page:
         [dict(r._mapping) for r in conn.execute(page_query(query, kind, source, after))]
         for kind, source in combos
     ]
-    merged = list(itertools.islice(heapq.merge(*ranges, key=_sort_key), query.limit + 1))
+    return _page(list(itertools.islice(heapq.merge(*ranges, key=_sort_key), query.limit + 1)), query)
+
+
+def _page(merged: list[dict[str, Any]], query: SearchQuery) -> Page:
     more = len(merged) > query.limit
-    rows = [_with_text(row) for row in merged[: query.limit]]
+    words = query.words
+    rows = [_with_text(row, words) for row in merged[: query.limit]]
     if not more or not rows:
         return Page(rows, None)
     last = rows[-1]

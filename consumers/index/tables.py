@@ -46,6 +46,52 @@ events = sa.Table(
 )
 """Every event, once, with the columns search filters on."""
 
+text = sa.Table(
+    "index_text",
+    metadata,
+    sa.Column("doc", sa.BigInteger().with_variant(sa.Integer, "sqlite"), primary_key=True),
+    sa.Column("tenant_id", sa.String(200), nullable=False),
+    sa.Column("conversation_id", sa.String(200), nullable=False),
+    sa.Column("timestamp_us", sa.BigInteger, nullable=False),
+    sa.Column("event_id", sa.String(200), nullable=False),
+    sa.Column("seq", sa.BigInteger, nullable=False),
+    sa.Column("kind", sa.String(40), nullable=False),
+    sa.Column("source", sa.String(20), nullable=False),
+    sa.Column("partition", sa.Integer, nullable=False),
+    sa.Column("offset", sa.BigInteger, nullable=False, doc="With `partition`: where its payload is stored."),
+    sa.Column("body", sa.Text, nullable=False, doc="`convdb.projections.index.search_body`: words only."),
+    sa.Index(
+        "index_text_key", "tenant_id", "conversation_id", "timestamp_us", "seq", "event_id", unique=True
+    ),
+)
+"""Full-text search: the words of each event that has some, with the keyset and filter columns.
+
+The word index is the store's own: on SQLite an FTS5 table over `body` (external content, kept by
+a trigger), on PostgreSQL a GIN index on `to_tsvector('simple', body)`. Both are given words only
+(lower-cased, split by `convdb.projections.index.terms`) and fold nothing further (no stemming, no
+accent folding), so the two stores find the same events for a query."""
+
+FTS = "index_text_fts"
+"""SQLite's FTS5 table over `index_text.body` (rowid = `doc`)."""
+TSVECTOR = "to_tsvector('simple'::regconfig, index_text.body)"
+"""PostgreSQL's indexed expression; a query must spell it the same to use the index."""
+
+for _ddl in (
+    f"CREATE VIRTUAL TABLE {FTS} USING fts5(body, content='index_text', content_rowid='doc', "
+    "tokenize='unicode61 remove_diacritics 0')",
+    f"CREATE TRIGGER index_text_added AFTER INSERT ON index_text BEGIN "
+    f"INSERT INTO {FTS}(rowid, body) VALUES (new.doc, new.body); END",
+):
+    sa.event.listen(text, "after_create", sa.DDL(_ddl).execute_if(dialect="sqlite"))
+sa.event.listen(text, "before_drop", sa.DDL(f"DROP TABLE IF EXISTS {FTS}").execute_if(dialect="sqlite"))
+sa.event.listen(
+    text,
+    "after_create",
+    sa.DDL(f"CREATE INDEX index_text_words ON index_text USING gin ({TSVECTOR})").execute_if(
+        dialect="postgresql"
+    ),
+)
+
 conversations = chain_table("index_conversations", metadata)
 """Per conversation, its chain as the log decided it (`convdb.projections.chain`): what the index admits."""
 
@@ -65,3 +111,17 @@ COLUMNS = (
     "offset",
 )
 """Column order of the positional rows the projector writes (`row_of`)."""
+
+TEXT_COLUMNS = (
+    "tenant_id",
+    "conversation_id",
+    "timestamp_us",
+    "event_id",
+    "seq",
+    "kind",
+    "source",
+    "partition",
+    "offset",
+    "body",
+)
+"""Column order of the positional rows of `text` (`text_row_of`)."""

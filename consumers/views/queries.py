@@ -8,7 +8,7 @@ branch stored as runs of log positions, `segments`) is known to this package alo
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any, NamedTuple
 
 import sqlalchemy as sa
@@ -63,14 +63,22 @@ def branch_events(
 
 
 def load_state(connection: Connection, conversation_id: str, **bounds: int) -> view.ViewState:
-    """Rebuild a conversation's view from its stored log; `max_offset`/`max_timestamp_us` bound it."""
+    """Rebuild a conversation's view from its stored log, up to the bounds of `stored_events`."""
+    return view.fold_all(view.initial(conversation_id), stored_events(connection, conversation_id, **bounds))
+
+
+def stored_events(connection: Connection, conversation_id: str, **bounds: int) -> Iterator[Any]:
+    """A conversation's stored log in fold order, up to `max_offset`, `max_timestamp_us` and/or
+    `max_seq` (an annotation, seq 0, is kept by the seq bound: it belongs to no place in the chain)."""
     query = sa.select(stored_payload(events)).where(events.c.conversation_id == conversation_id)
     if "max_offset" in bounds:
         query = query.where(events.c.offset <= bounds["max_offset"])
     if "max_timestamp_us" in bounds:
         query = query.where(events.c.timestamp_us <= bounds["max_timestamp_us"])
+    if "max_seq" in bounds:
+        query = query.where(events.c.seq <= bounds["max_seq"])
     payloads = connection.execute(query.order_by(events.c.position)).scalars()
-    return view.fold_all(view.initial(conversation_id), (event_from_payload(p) for p in payloads))
+    return (event_from_payload(p) for p in payloads)
 
 
 def owner(conn: Connection, conversation_id: str) -> str | None:

@@ -125,12 +125,37 @@ def test_search_filters_by_kind_source_and_time(world: World) -> None:
         ({"limit": 0}, "limit"),
         ({"since": "2025-01-02T00:00:00Z", "until": "2025-01-01T00:00:00Z"}, "since"),
         ({"since": "yesterday"}, "since"),
+        ({"q": " !! "}, "`q`"),
+        ({"kinds": "action"}, "unknown query parameter 'kinds'"),
+        ({"conversation": "a1"}, "unknown query parameter 'conversation'"),
     ],
 )
 def test_bad_filters_and_cursors_are_400_with_a_message(world: World, params: dict, needle: str) -> None:
     response = world.client.get("/events", params=params, headers=A)
     assert response.status_code == 400, response.text
     assert needle in response.json()["detail"]
+
+
+def test_full_text_search_finds_the_tenants_words_only_with_snippets(world: World) -> None:
+    found = world.client.get("/events", params={"q": "FIX bug"}, headers=A).json()
+    assert [(e["conversation_id"], e["seq"]) for e in found["events"]] == [("a1", 1), ("a2", 1)]
+    snippet = found["events"][0]["snippet"]
+    assert snippet["text"] == "user: please fix bug a1"
+    assert [snippet["text"][a:b] for a, b in snippet["highlights"]] == ["fix", "bug"]
+    assert world.client.get("/events", params={"q": "b1"}, headers=A).json()["events"] == []
+    theirs = world.client.get("/events", params={"q": "b1"}, headers=B).json()["events"]
+    assert [(e["conversation_id"], e["seq"]) for e in theirs] == [("b1", 1)]
+    # Filters and keyset pages compose with the words.
+    first = world.client.get("/events", params={"q": "bug", "limit": 1}, headers=A).json()
+    rest = world.client.get(
+        "/events", params={"q": "bug", "limit": 1, "cursor": first["next_cursor"]}, headers=A
+    ).json()
+    assert [e["conversation_id"] for e in first["events"] + rest["events"]] == ["a1", "a2"]
+    assert rest["next_cursor"] is None
+    one = world.client.get("/events", params={"q": "bug", "conversation_id": "a2"}, headers=A).json()
+    assert [e["conversation_id"] for e in one["events"]] == ["a2"]
+    plain = world.client.get("/events", params={"conversation_id": "a2", "limit": 1}, headers=A).json()
+    assert plain["events"][0]["snippet"] is None
 
 
 def test_post_message_lands_on_the_inbox_topic(world: World) -> None:

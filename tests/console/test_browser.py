@@ -2,8 +2,9 @@
 
 list → open a conversation → its timeline equals the API's view → decide the unknown operation
 in the human queue and watch the conversation continue, live → a new event appears live → a
-hostile message renders as text → another tenant's session sees none of it. Screenshots of each
-page go to `--console-artifacts DIR` (default: a folder under pytest's tmp dir, printed).
+hostile message renders as text → search across conversations and within one → another tenant's
+session sees none of it. Screenshots of each page at 1400 and 420 px wide go to
+`--console-artifacts DIR`, else `$CONVDB_ARTIFACTS/console`, else tests/console/artifacts (printed).
 Without /usr/bin/chromium these tests fail: `infra/scripts/chromium.sh` installs it.
 """
 
@@ -75,10 +76,13 @@ def stack(
 
 
 @pytest.fixture(scope="module")
-def artifacts(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The screenshot folder (printed once)."""
-    given = request.config.getoption("--console-artifacts")
-    folder = Path(given) if given else tmp_path_factory.mktemp("console-screenshots")
+def artifacts(request: pytest.FixtureRequest) -> Path:
+    """The screenshot folder (printed once): `--console-artifacts`, else `$CONVDB_ARTIFACTS/console`
+    (a folder CI keeps), else tests/console/artifacts (git-ignored)."""
+    given = request.config.getoption("--console-artifacts") or os.environ.get("CONVDB_ARTIFACTS")
+    if given and not request.config.getoption("--console-artifacts"):
+        given = str(Path(given) / "console")
+    folder = Path(given) if given else Path(__file__).resolve().parent / "artifacts"
     folder.mkdir(parents=True, exist_ok=True)
     with request.config.pluginmanager.get_plugin("capturemanager").global_and_fixture_disabled():  # type: ignore[union-attr]
         print(f"\nconsole screenshots: {folder.resolve()}")
@@ -112,7 +116,12 @@ def session(browser: Any, stack: Stack) -> Iterator[Any]:
 
 
 def shot(page: Any, artifacts: Path, name: str) -> None:
-    page.screenshot(path=str(artifacts / f"{name}.png"), full_page=True)
+    """Full-page screenshots at 1400 px (desktop) and 420 px (phone) wide, then the size it had."""
+    size = page.viewport_size
+    for width in (1400, 420):
+        page.set_viewport_size({"width": width, "height": 900})
+        page.screenshot(path=str(artifacts / f"{name}-{width}.png"), full_page=True)
+    page.set_viewport_size(size)
 
 
 def test_list_after_signing_in(session: Any, stack: Stack, artifacts: Path) -> None:
@@ -142,7 +151,7 @@ def test_open_a_conversation_and_its_timeline_is_the_api_view(
     title = stack.api("/conversations/demo-1")["title"]
     page.get_by_role("link", name=title).click()
     page.wait_for_url("**/console/conversations/demo-1")
-    shown = page.locator("#timeline > li").evaluate_all("items => items.map(i => i.dataset.eventId)")
+    shown = page.locator("#timeline > li.ev").evaluate_all("items => items.map(i => i.dataset.eventId)")
     view = stack.api("/conversations/demo-1/view")["events"]
     assert shown == [e["id"] for e in view] and len(shown) > 5
     facts = page.locator("#facts").inner_text()
@@ -156,7 +165,17 @@ def test_open_a_conversation_and_its_timeline_is_the_api_view(
         svg.count("<polyline") == 2
         and f"{stats['prompt_tokens'] + stats['completion_tokens']:,} tokens" in svg
     )
+    # write_file and create_issue are one model turn: its thought is shown once, not twice.
+    assert (
+        page.locator("#timeline > li.kind-action", has_text="Another call of the same model turn").count()
+        == 1
+    )
+    assert page.locator("#timeline > li.kind-action .thought", has_text="Step 2 of 2").count() == 1
     shot(page, artifacts, "2-conversation")
+    page.goto("/console/conversations/demo-1/branches")  # one branch: the tree is a single run
+    leaf = page.locator(".tree a.leaf.active")
+    assert leaf.count() == 1 and leaf.inner_text().startswith("assistant: ")
+    shot(page, artifacts, "2b-branches")
     page.close()
 
 
@@ -166,7 +185,13 @@ def test_resolve_from_the_queue_and_the_conversation_continues_live(
     watching = session.new_page()
     watching.goto("/console/conversations/notify-1")
     watching.evaluate("window.__marker = 'no reload'")
-    before = watching.locator("#timeline > li").count()
+    before = watching.locator("#timeline > li.ev").count()
+    # The crash is visible: where the killed runner's call ended, a takeover marker says what happened.
+    marker = watching.locator("#timeline > li.marker.takeover")
+    assert marker.count() == 1
+    assert "stopped during the call" in marker.inner_text() and "handed it to a human" in marker.inner_text()
+    headline = watching.locator("#effects article.status-unknown .headline").inner_text()
+    assert headline.startswith("Unknown · waiting for a human")
     assert stack.provider is not None and stack.provider.get("/stats")["notifications"] == 0
 
     queue = session.new_page()
@@ -185,13 +210,40 @@ def test_resolve_from_the_queue_and_the_conversation_continues_live(
     observation.wait_for(timeout=WAIT_MS)
     watching.locator("#summary", has_text="finished").wait_for(timeout=WAIT_MS)
     assert watching.evaluate("window.__marker") == "no reload"
-    assert watching.locator("#timeline > li").count() > before
+    assert watching.locator("#timeline > li.ev").count() > before
+    watching.reload()
+    settled = watching.locator("#effects article .headline", has_text="decided by a human, Ada")
+    assert settled.count() == 1, watching.locator("#effects").inner_text()
     operation = stack.api("/operations", conversation_id="notify-1")["operations"][0]
     assert operation["status"] == "confirmed" and operation["resolution"]["by"] == "human:demo:Ada"
     assert stack.provider.get("/stats")["notifications"] == 1  # retried once, done once
     shot(watching, artifacts, "4-conversation-after-decision")
     watching.close()
     queue.close()
+
+
+def test_as_of_an_event_shows_the_old_facts_on_every_panel(
+    session: Any, stack: Stack, artifacts: Path
+) -> None:
+    view = stack.api("/conversations/notify-1/view")["events"]
+    action = next(e for e in view if e["kind"] == "action")
+    page = session.new_page()
+    page.goto("/console/conversations/notify-1")
+    facts = page.locator("#facts").inner_text()
+    assert "The agent says done: yes" in facts and "The run loop stopped: yes" in facts
+    page.locator(f"#seq-{action['seq']} a.asof-link").click()
+    page.wait_for_url(f"**/console/conversations/notify-1?seq={action['seq']}")
+    assert f"As of event #{action['seq']}" in page.locator("#asof-banner").inner_text()
+    facts = page.locator("#facts").inner_text()
+    assert "The agent says done: no" in facts and "The run loop stopped: no" in facts
+    shown = page.locator("#timeline > li.ev").evaluate_all("items => items.map(i => Number(i.dataset.seq))")
+    assert shown and max(shown) == action["seq"]
+    assert page.locator("#timeline[data-live]").count() == 0  # nothing live in the past
+    shot(page, artifacts, "9-as-of")
+    page.locator("#asof-banner a", has_text="Back to now").click()
+    page.wait_for_url("**/console/conversations/notify-1")
+    assert "The agent says done: yes" in page.locator("#facts").inner_text()
+    page.close()
 
 
 def test_a_new_event_appears_live(session: Any, stack: Stack, artifacts: Path) -> None:
@@ -221,6 +273,82 @@ def test_hostile_text_renders_as_text(session: Any, artifacts: Path) -> None:
     shot(page, artifacts, "6-hostile-text")
     page.close()
     assert session.errors == [], session.errors  # no script errors, no CSP violations on any page
+
+
+def _search(page: Any, q: str, wanted: Callable[[Any], bool]) -> Any:
+    """Submit the header's search box until the hits satisfy `wanted` (the index is a consumer: a
+    just-written event appears within seconds)."""
+    hits = page.locator("#hits > li.hit")
+    for _ in range(60):
+        page.goto("/")
+        page.locator("#top-q").fill(q)
+        page.locator("#top-q").press("Enter")
+        page.locator("#search-meta").wait_for(timeout=WAIT_MS)
+        if wanted(hits):
+            return hits
+        page.wait_for_timeout(1000)
+    raise AssertionError(f"search {q!r} never showed the expected hits: {page.content()[-2000:]}")
+
+
+def test_search_finds_words_across_the_tenants_conversations_and_within_one(
+    session: Any, stack: Stack, artifacts: Path
+) -> None:
+    planted = "kumquat7 ships on friday"
+    for conv, key in (("demo-3", "demo-key"), ("other-1", "other-key")):
+        posted = httpx.post(
+            f"{stack.url}/conversations/{conv}/messages",
+            json={"content": f"Note: {planted}."},
+            headers={"X-API-Key": key},
+            timeout=10,
+        )
+        assert posted.status_code == 202, posted.text
+    page = session.new_page()
+    hits = _search(page, "KUMQUAT7 friday", lambda h: h.count() > 0)
+    convs = {hits.nth(i).get_attribute("data-conversation-id") for i in range(hits.count())}
+    assert convs == {"demo-3"}, convs  # planted in demo-3 and in the other tenant's other-1
+    assert [m.lower() for m in page.locator("#hits mark").all_text_contents()] == ["kumquat7", "friday"]
+    shot(page, artifacts, "7-search")
+    theirs = stack.api("/events", key="other-key", q=planted)["events"]
+    assert theirs and {e["conversation_id"] for e in theirs} == {"other-1"}  # indexed, for its tenant
+    assert _search(page, "another tenant", lambda _hits: True).count() == 0
+    assert "Nothing found" in page.locator("#hits").text_content()
+    # Within one conversation: the conversation page's own box.
+    page.goto("/console/conversations/demo-1")
+    page.locator("#find-q").fill("report")
+    page.locator("#find-q").press("Enter")
+    page.locator("#search-meta").wait_for(timeout=WAIT_MS)
+    inside = page.locator("#hits > li.hit")
+    assert inside.count() > 0
+    assert {inside.nth(i).get_attribute("data-conversation-id") for i in range(inside.count())} == {"demo-1"}
+    inside.first.locator("a").click()
+    page.wait_for_url("**/console/conversations/demo-1#seq-*")
+    page.close()
+
+
+def test_hostile_text_in_search_hits_stays_inert(session: Any, stack: Stack, artifacts: Path) -> None:
+    long_word = "zq" + "w" * 400
+    hostile = f"<script>window.__xss = 3</script> <b>bold</b> \u202ereversed {long_word}"
+    posted = httpx.post(
+        f"{stack.url}/conversations/hostile-1/messages",
+        json={"content": hostile},
+        headers={"X-API-Key": "demo-key"},
+        timeout=10,
+    )
+    assert posted.status_code == 202, posted.text
+    page = session.new_page()
+    hits = _search(page, long_word, lambda h: h.count() >= 1)  # the message (and the scripted echo)
+    assert hits.first.bounding_box()["width"] <= page.viewport_size["width"]  # the long word wraps
+    hits = _search(page, "BOLD reversed", lambda h: h.count() >= 1)
+    snippet = hits.first.locator(".snippet")
+    assert "<script>window.__xss = 3</script> <b>bold</b> \u202ereversed" in snippet.text_content()
+    assert page.locator("#hits b, #hits script, #hits img").count() == 0
+    assert page.evaluate("typeof window.__xss") == "undefined"
+    hits = _search(page, "script xss", lambda h: h.count() >= 2)
+    assert page.locator("#hits script, #hits img").count() == 0
+    assert page.evaluate("typeof window.__xss") == "undefined"
+    shot(page, artifacts, "8-search-hostile")
+    page.close()
+    assert session.errors == [], session.errors
 
 
 def test_another_tenant_sees_none_of_it(browser: Any, stack: Stack) -> None:

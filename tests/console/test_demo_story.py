@@ -73,8 +73,36 @@ def test_demo_story_then_keep_until_ctrl_c(settings: Settings, tmp_path: Path) -
             assert (
                 browser.post("/console/login", data={"csrf": token, "api_key": "demo-key"}).status_code == 303
             )
+            wait_until(
+                lambda: any("Decide it in the console" in line for line in printed), 180, "the queue item"
+            )
+            decide = next(line for line in printed if "Decide it in the console" in line)
+            conversation_id = re.search(r"the conversation (demo-decide-[0-9a-f]+) then finishes", decide)
+            assert conversation_id, decide
             listed = browser.get("/").text
-            assert listed.count("data-conversation-id=") == 3  # two tasks and the crash act
+            assert listed.count("data-conversation-id=") == 4  # two tasks, the crash act, the decision
+            crashed = re.search(r'data-conversation-id="(demo-crash-[0-9a-f]+)"', listed)
+            assert crashed, listed
+            page = browser.get(f"/console/conversations/{crashed.group(1)}").text
+            assert 'class="marker takeover"' in page  # the crash act, where it happened in the timeline
+            assert "stopped during the call" in page and "confirmed it by lookup" in page
+            assert "Confirmed by lookup (the provider was asked whether it happened)" in page
+            queue = browser.get("/console/queue").text
+            operation = re.search(r'data-operation-id="([^"]+)"', queue)
+            assert operation and operation.group(1).startswith(conversation_id.group(1)), queue
+            assert "the runner stopped during the provider call" in queue
+            decided = browser.post(
+                "/console/operations/resolve",
+                data={"csrf": csrf_of(queue), "operation_id": operation.group(1), "decision": "confirmed"},
+            )
+            assert decided.status_code in (200, 303), decided.text
+            api = {"X-API-Key": "demo-key"}
+
+            def finished() -> bool:
+                found = browser.get(f"/conversations/{conversation_id.group(1)}", headers=api).json()
+                return bool(found["execution_status"] == "finished")
+
+            wait_until(finished, 90, "the decided conversation to finish")
         proc.send_signal(signal.SIGINT)
         try:
             code = proc.wait(90)

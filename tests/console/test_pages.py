@@ -110,6 +110,43 @@ def test_hostile_event_text_renders_as_text(console_world: ConsoleWorld) -> None
     )
 
 
+def test_search_page_finds_the_tenants_words_marked_and_escaped(console_world: ConsoleWorld) -> None:
+    with console_world.client() as a, console_world.client() as b:
+        sign_in(a, "key-a")
+        sign_in(b, "key-b")
+        found = a.get("/console/search", params={"q": "window xss"}).text
+        assert 'data-conversation-id="a1"' in found and 'data-seq="1"' in found
+        assert "<script>window.__xss" not in found and "<img src=x" not in found
+        assert "&lt;script&gt;<mark>window</mark>.__<mark>xss</mark>" in found
+        # The other tenant's words are in the same index, and never found from here (nor ours there).
+        words = " ".join(SECRET_B.split()[:3])
+        assert 'class="hit"' not in a.get("/console/search", params={"q": words}).text
+        assert 'data-conversation-id="b1"' in b.get("/console/search", params={"q": words}).text
+        assert 'class="hit"' not in b.get("/console/search", params={"q": "window xss"}).text
+        # Within one conversation, and a query without a word is said, not a crash.
+        inside = a.get("/console/search", params={"q": "bug", "conversation_id": "a2"}).text
+        assert 'data-conversation-id="a2"' in inside and 'data-conversation-id="a1"' not in inside
+        empty = a.get("/console/search", params={"q": "!!"})
+        assert empty.status_code == 200 and "no word in it" in empty.text
+
+
+def test_as_of_an_event_shows_every_panel_as_it_was_then(console_world: ConsoleWorld) -> None:
+    with console_world.client() as a:
+        sign_in(a, "key-a")
+        live = a.get("/console/conversations/a1").text
+        assert "Every effect confirmed:</strong> no" in live and 'id="asof-banner"' not in live
+        assert 'href="/console/conversations/a1?seq=10"' in live  # "as of here" on each event
+        then = a.get("/console/conversations/a1", params={"seq": "10"}).text
+        assert 'id="asof-banner"' in then and "As of event #10" in then and "Back to now" in then
+        assert "<dt>Events</dt><dd>10</dd>" in then  # the stats fold of the first 10 events
+        assert 'data-seq="10"' in then and 'data-seq="11"' not in then
+        assert "Every effect confirmed:</strong> yes" in then and "No side effects." in then
+        assert console_world.unknown_a not in then  # the unknown operation came later
+        assert "Send a message" not in then  # nothing live on an "as of" page
+        missing = a.get("/console/conversations/a1", params={"seq": "999"})
+        assert missing.status_code == 400 and "no event #999" in missing.text
+
+
 def test_forms_need_the_session_token_and_post_to_the_inbox(console_world: ConsoleWorld) -> None:
     settings = console_world.settings
     with console_world.client() as client:
@@ -198,6 +235,17 @@ def test_branches_and_forks_are_shown(console_world: ConsoleWorld) -> None:
         tree = client.get("/console/conversations/a3/branches").text
         rows = re.findall(r"<tr( class=\"active-branch\")?>\s*<td><a href=\"[^\"]+leaf=([^\"]+)\"", tree)
         assert [(bool(active), leaf) for active, leaf in rows] == [(True, a3[4].id), (False, a3[5].id)]
+        # The tree: the three events both branches share, then the two runs where they part, each
+        # leaf labelled by its branch's last message.
+        runs = re.findall(
+            r'<span class="run">(\d+) events? <span class="muted">#(\d+)(?:–#(\d+))?</span>', tree
+        )
+        assert runs == [("3", "1", "3"), ("2", "4", "5"), ("1", "6", "")], runs
+        leaves = re.findall(r'<a class="leaf( active)?" href="[^"]+leaf=([^"]+)"><bdi>([^<]*)</bdi>', tree)
+        assert [(bool(a), leaf, label) for a, leaf, label in leaves] == [
+            (True, a3[4].id, "user: please fix bug a3"),
+            (False, a3[5].id, "user: please fix bug a3"),
+        ]
         side = client.get("/console/conversations/a3/branches", params={"leaf": a3[5].id}).text
         assert event_ids(side) == [a3[0].id, a3[1].id, a3[2].id, a3[5].id]
         assert client.get("/console/conversations/a3/branches", params={"leaf": "nope"}).status_code == 404

@@ -16,6 +16,7 @@ from typing import Any
 
 import httpx
 
+from convdb.infra.cli.demo import queue_item
 from convdb.infra.cli.demo.read import runner_env
 from convdb.infra.cli.demo.story import CrashStory, read_story, tell
 from convdb.infra.errors import InfraError
@@ -176,6 +177,8 @@ def finish(
             else:
                 stories = [read_story(api, c) for c in parts.conversation_ids]
                 tell(Console(highlight=False, soft_wrap=True), stories, crash, summary, console_url, keep)
+            if keep:  # one decision left in the human queue for the user (see `queue_item`)
+                queue_item.leave_one(act, settings, api, console_url, quiet=as_json)
         if keep:
             _wait_for_ctrl_c()
     finally:
