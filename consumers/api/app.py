@@ -75,8 +75,10 @@ def create_app(
         app.add_middleware(ProxyHeadersMiddleware, trusted_hosts=list(settings.api.trusted_proxies))
     for name in routers:
         # The API's routes refuse query parameters they do not declare; the console's pages are
-        # links a browser follows, and keep answering them.
-        checked = [] if name.startswith("convdb.consumers.console") else [Depends(refuse_unknown_query)]
+        # links a browser follows, and the OpenHands webhooks are another program's protocol:
+        # both keep answering them.
+        lenient = name.startswith(("convdb.consumers.console", "convdb.consumers.api.openhands"))
+        checked = [] if lenient else [Depends(refuse_unknown_query)]
         app.include_router(importlib.import_module(name).router, dependencies=checked)
     app.add_exception_handler(RequestValidationError, _bad_request)
     app.add_exception_handler(QueryError, _query_error)
