@@ -110,9 +110,15 @@ BROKER_KINDS = ("embedded", "apache")
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
-    """Run every test marked `brokers` once per broker kind (`test_x[embedded]`, `test_x[apache]`)."""
+    """Run every test marked `brokers` once per broker kind (`test_x[embedded]`, `test_x[apache]`);
+    `@pytest.mark.slow_on("apache")` keeps that kind's run for `-m slow` (a test whose subject
+    does not depend on the broker, already run on the other kind by default)."""
     if "broker" in metafunc.fixturenames and metafunc.definition.get_closest_marker("brokers"):
-        metafunc.parametrize("broker", BROKER_KINDS, indirect=True, scope="module")
+        slow_on = metafunc.definition.get_closest_marker("slow_on")
+        slow_kinds = set(slow_on.args) if slow_on else set()
+        assert slow_kinds <= set(BROKER_KINDS) and slow_kinds != set(BROKER_KINDS), slow_kinds
+        kinds = [pytest.param(k, marks=pytest.mark.slow) if k in slow_kinds else k for k in BROKER_KINDS]
+        metafunc.parametrize("broker", kinds, indirect=True, scope="module")
 
 
 @pytest.fixture(scope="module")

@@ -105,7 +105,7 @@ class Member:
         return values[0] if values else None
 
 
-@pytest.mark.parametrize("consumer", ["views", "archive"])
+@pytest.mark.parametrize("consumer", ["views", pytest.param("archive", marks=pytest.mark.slow)])
 def test_a_member_without_partitions_says_so_and_takes_over_when_the_owner_dies(
     one_partition: Settings, tmp_path: Path, consumer: str
 ) -> None:
@@ -185,7 +185,7 @@ def members() -> Iterator[list[BareMember]]:
             m.kill()
 
 
-@pytest.mark.parametrize("delay", [0.2, 1.0])
+@pytest.mark.parametrize("delay", [pytest.param(0.2, marks=pytest.mark.slow), 1.0])
 def test_fresh_members_get_partitions_after_members_die_mid_rebalance(
     broker: BrokerInfo, settings: Settings, members: list[BareMember], delay: float
 ) -> None:

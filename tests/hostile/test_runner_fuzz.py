@@ -132,6 +132,7 @@ def fuzz(stack: RunnerStack, examples: int) -> None:
     healthy(stack)
 
 
+@pytest.mark.slow_on("apache")
 def test_hostile_posts_are_refused_appended_or_dead_lettered_and_the_runner_goes_on(
     stack: RunnerStack,
 ) -> None:

@@ -125,6 +125,7 @@ def test_hostile_webhook_posts_are_refused_by_the_api_or_appended(stack: RunnerS
     healthy(stack)
 
 
+@pytest.mark.slow_on("apache")
 def test_what_the_api_refuses_is_dead_lettered_by_the_runner_and_it_goes_on(stack: RunnerStack) -> None:
     """The same payloads written past the API (an older API, a foreign producer, a replay)."""
     cid = openhands_id(2, stack.settings)
@@ -219,6 +220,7 @@ def test_records_on_the_wrong_partition_are_dead_lettered_not_run_by_a_second_wr
     assert 'convdb_runner_refused_records_total{reason="partition"} 2.0' in stack.metrics()
 
 
+@pytest.mark.slow_on("apache")
 def test_foreign_records_in_the_events_and_state_topics_never_stop_a_restore(stack: RunnerStack) -> None:
     owner = umbrella_finishes(stack, 0, "before foreign records")
     partition = partition_for(owner, stack.settings.partitions)
