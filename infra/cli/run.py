@@ -19,6 +19,7 @@ from convdb.infra.cli._common import (
     UsageError,
     conversation_id,
     identifier,
+    reachable_broker,
     with_secrets_file,
 )
 from convdb.infra.connection import load_settings
@@ -61,7 +62,7 @@ def broker_for(settings: Settings, *, with_s3: bool) -> Iterator[Settings]:
     if settings.bootstrap_servers:
         from convdb.infra.kafka import apply_topics
 
-        apply_topics(settings)
+        apply_topics(reachable_broker(settings))
         yield settings
         return
     with EphemeralStack(settings, with_s3=with_s3) as stack:
