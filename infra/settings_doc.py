@@ -43,16 +43,13 @@ class Leaf:
         return self.path[0] if len(self.path) > 1 else ""
 
 
-def _is_section(annotation: Any) -> bool:
-    return isinstance(annotation, type) and issubclass(annotation, BaseModel)
-
-
 def leaves(model: type[BaseModel] = Settings, prefix: tuple[str, ...] = ()) -> Iterator[Leaf]:
     """Every setting, sections flattened, in declaration order (top-level values first)."""
-    sections = []
+    sections: list[tuple[str, type[BaseModel]]] = []
     for name, field in model.model_fields.items():
-        if _is_section(field.annotation):
-            sections.append((name, field.annotation))
+        annotation = field.annotation
+        if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+            sections.append((name, annotation))
         else:
             yield Leaf((*prefix, name), field)
     for name, section in sections:
