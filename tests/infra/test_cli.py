@@ -173,7 +173,7 @@ def test_dev_up_status_down(tmp_path: Path) -> None:
     env = {"CONVDB_DATA_DIR": str(tmp_path / "data"), "CONVDB_NAMESPACE": "devtest"}
     info: dict[str, object] = {}
     try:
-        up = convdb(env, "dev", "up", timeout=120)
+        up = convdb(env, "dev", "up", "--broker", "embedded", timeout=120)
         assert up.returncode == 0, up.stderr
         assert json.loads(up.stdout)["bootstrap_servers"].startswith("127.0.0.1:")
         status = convdb(env, "dev", "status")

@@ -35,6 +35,7 @@ from convdb.infra.cli.demo.progress import Progress
 from convdb.infra.cli.demo.read import archive_proof, demo_settings, read_through_api, services
 from convdb.infra.cli.run import broker_for
 from convdb.infra.connection import broker_source, load_settings
+from convdb.infra.dev.choice import BROKER_CHOICES, choose, describe
 from convdb.infra.dev.tracker.process import ProviderProcess
 from convdb.infra.settings import Settings
 from convdb.producers.fleet.runner import FleetRunner, serve_until
@@ -53,6 +54,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--runners", type=bounded(1, 64), default=1, metavar="N",
         help="run the conversations with N fleet runner processes (default 1: a runner in this process)",
+    )  # fmt: skip
+    p.add_argument(
+        "--broker", choices=BROKER_CHOICES, default="auto",
+        help="the broker it starts when none is configured: auto (default) is Apache Kafka where Java 17+ "
+        "is on the machine (jars cached, or Maven to fetch them), else the embedded one",
     )  # fmt: skip
     p.set_defaults(func=_demo)
 
@@ -93,9 +99,12 @@ def _demo(args: argparse.Namespace) -> int:
     settings = load_settings()
     progress = Progress(enabled=not args.json)
     progress.line("convdb demo: agent conversations on Kafka, read back through the query API")
+    choice = choose(args.broker)
+    if not settings.bootstrap_servers:
+        progress.line(describe(choice))
     with ExitStack() as stack:
         with progress.waiting("starting the broker and local S3"):
-            live = stack.enter_context(broker_for(settings, with_s3=True))
+            live = stack.enter_context(broker_for(settings, with_s3=True, broker=choice.kind))
         progress.line(f"broker at {live.bootstrap_servers} ({broker_words(settings, live)})")
         run_dir = live.data_dir.resolve() / "demo" / datetime.now(UTC).strftime("%Y%m%dT%H%M%S%f")
         run_dir.mkdir(parents=True, exist_ok=True)
