@@ -176,11 +176,17 @@ def spans_for(
             s.end()
 
 
-def traced(headers: RecordHeaders | None, name: str, **attributes: Any) -> Any:
-    """A CONSUMER span continuing one record's context, or a no-op context manager."""
+def traced(headers: RecordHeaders | None, name: str, *, root: bool = False, **attributes: Any) -> Any:
+    """A CONSUMER span continuing one record's context, or a no-op context manager.
+
+    `root`: a record that carries no context (written by `convdb run`, an import, a client that
+    does not trace) starts a trace of its own here, so that what it causes is traced all the same.
+    """
     parent = extract(headers)
     if parent is None:
-        return nullcontext(None)
+        if not (root and _state["enabled"]):
+            return nullcontext(None)
+        parent = Context()  # empty: a new trace, never a child of whatever span is current
     return span(name, kind=SpanKind.CONSUMER, parent=parent, attributes=attributes)
 
 
