@@ -452,6 +452,9 @@ class Settings(BaseSettings):
             for name, secret in self.api.receipt_secrets.items()
             if secret.get_secret_value() in SAMPLE_CREDENTIALS
         ]
+        session = self.api.session_secret
+        if serving_api and session is not None and session.get_secret_value() in SAMPLE_CREDENTIALS:
+            found.append("CONVDB_API__SESSION_SECRET")
         s3_secret = self.s3.secret_access_key
         if s3_secret is not None and s3_secret.get_secret_value() in SAMPLE_CREDENTIALS:
             found.append("CONVDB_S3__SECRET_ACCESS_KEY")

@@ -31,6 +31,13 @@ def _serve(args: argparse.Namespace) -> int:
 
     settings = load_settings()
     refuse_sample_credentials(settings)
+    if settings.api.session_secret is None and not settings.dev_mode:
+        logger.warning(
+            "CONVDB_API__SESSION_SECRET is unset: console sessions are signed with a random key of this "
+            "process, so they end when it restarts and, with more than one API replica, a session "
+            "started on one is refused by the others (sign-in loops). Set the same secret on every "
+            "replica (infra/deploy: API_SESSION_SECRET, convdb-secrets)."
+        )
     app = create_app(settings, secrets=registry_for(settings.secret_values(), args.secrets_file))
     app.state.broker_source = broker_source(settings) if settings.bootstrap_servers else None
     host, port = args.host or settings.api.host, args.port or settings.api.port
