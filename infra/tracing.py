@@ -176,17 +176,22 @@ def spans_for(
             s.end()
 
 
-def traced(headers: RecordHeaders | None, name: str, *, root: bool = False, **attributes: Any) -> Any:
-    """A CONSUMER span continuing one record's context, or a no-op context manager.
-
-    `root`: a record that carries no context (written by `convdb run`, an import, a client that
-    does not trace) starts a trace of its own here, so that what it causes is traced all the same.
-    """
+def traced(headers: RecordHeaders | None, name: str, **attributes: Any) -> Any:
+    """A CONSUMER span continuing one record's context, or a no-op context manager."""
     parent = extract(headers)
     if parent is None:
-        if not (root and _state["enabled"]):
-            return nullcontext(None)
-        parent = Context()  # empty: a new trace, never a child of whatever span is current
+        return nullcontext(None)
+    return span(name, kind=SpanKind.CONSUMER, parent=parent, attributes=attributes)
+
+
+def traced_or_root(headers: RecordHeaders | None, name: str, **attributes: Any) -> Any:
+    """`traced`, but a record that carries no context (written by `convdb run`, an import, a client
+    that does not trace) starts a trace of its own here, so that what it causes is traced all the
+    same; a no-op context manager when not tracing."""
+    if not _state["enabled"]:
+        return nullcontext(None)
+    # An empty context: a new trace, never a child of whatever span is current.
+    parent = extract(headers) or Context()
     return span(name, kind=SpanKind.CONSUMER, parent=parent, attributes=attributes)
 
 

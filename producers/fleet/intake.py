@@ -102,7 +102,7 @@ class Intake:
                 return record
             with (
                 log_context(conversation_id=record.conversation_id, tenant_id=record.tenant_id),
-                tracing.traced(msg.headers(), "runner external", root=True, **tracing.record_attributes(msg)),
+                tracing.traced_or_root(msg.headers(), "runner external", **tracing.record_attributes(msg)),
             ):
                 batch.external(record, offset + 1)
         except ConvdbError as exc:
@@ -204,7 +204,7 @@ class Intake:
         # record without one (`convdb run`, an import) starts its own trace here.
         with (
             log_context(conversation_id=record.conversation_id, tenant_id=record.tenant_id),
-            tracing.traced(msg.headers(), "runner inbox", root=True, **tracing.record_attributes(msg)),
+            tracing.traced_or_root(msg.headers(), "runner inbox", **tracing.record_attributes(msg)),
         ):
             apply_inbox(conv, record, self.ctx.runtime.crash)
         owner.sink.commit_offset()
