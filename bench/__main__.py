@@ -50,7 +50,9 @@ logger = logging.getLogger("bench")
 
 def parse(argv: list[str] | None) -> argparse.Namespace:
     """Command-line arguments."""
-    parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m bench", description=__doc__.splitlines()[0], allow_abbrev=False
+    )
     parser.add_argument(
         "--size",
         choices=("small", "large", "both"),

@@ -78,3 +78,15 @@ def resolve(settings: Settings) -> Settings:
 def load_settings() -> Settings:
     """Settings from the environment (`CONVDB_*`), pointed at the dev stack when no broker is set."""
     return resolve(Settings())
+
+
+def broker_source(settings: Settings) -> str:
+    """Where the broker address of `settings` came from, in words a user can act on: the
+    environment variable, the dev stack file, or neither (a broker this command started)."""
+    address = settings.bootstrap_servers
+    if address and Settings().bootstrap_servers == address:
+        return "CONVDB_BOOTSTRAP_SERVERS"
+    stack = read_stack(settings)
+    if stack is not None and stack.bootstrap_servers == address:
+        return f"the dev stack file {stack_file(settings)}"
+    return "the broker this command started"

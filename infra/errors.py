@@ -21,6 +21,10 @@ class NoBrokerError(InfraError):
     """No broker is configured and no dev stack is running."""
 
 
+class BrokerUnreachableError(InfraError):
+    """A broker is configured but did not answer in time."""
+
+
 class PublishError(InfraError):
     """A record was not made durable: the broker rejected it or did not acknowledge it in time."""
 

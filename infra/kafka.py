@@ -3,24 +3,102 @@
 from __future__ import annotations
 
 import logging
+import re
+import threading
 import time
 from typing import Any
 
 from confluent_kafka import Consumer, KafkaException, Producer
 from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]  # re-exported, no __all__
 
-from convdb.infra.errors import NoBrokerError, TopicError
+from convdb.infra.errors import BrokerUnreachableError, NoBrokerError, TopicError
 from convdb.infra.settings import Settings
 from convdb.schemas.topics import ALL_TOPICS, Topic
 
 logger = logging.getLogger(__name__)
 
+LIBRDKAFKA_LOGGER = "convdb.librdkafka"
+"""The Python logger librdkafka's own log lines go to (through the `logger` client setting)."""
+PROBE_TIMEOUT_S = 4.0
+"""How long a one-shot command waits for the broker to answer before it says it is unreachable."""
+
+
+class OncePerProblem(logging.Filter):
+    """librdkafka repeats a problem at every retry (a refused connection, every second): this lets
+    one line per distinct problem through per `window_s`, WARNING and above, and says how often it
+    was repeated meanwhile. Problems differ by their text with the numbers taken out."""
+
+    def __init__(self, window_s: float = 60.0, *, capacity: int = 1000) -> None:
+        super().__init__()
+        self.window_s, self.capacity = window_s, capacity
+        self._seen: dict[str, tuple[float, int]] = {}
+        self._lock = threading.Lock()
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        """Pass the first line of a problem in its window; count and drop the repeats."""
+        if record.levelno < logging.WARNING:
+            return False
+        key = problem_key(record.getMessage())
+        now = time.monotonic()
+        with self._lock:
+            first, repeats = self._seen.get(key, (float("-inf"), 0))
+            if now - first < self.window_s:
+                self._seen[key] = (first, repeats + 1)
+                return False
+            if len(self._seen) >= self.capacity:
+                self._seen.clear()
+            self._seen[key] = (now, 0)
+        if repeats:
+            record.msg, record.args = f"{record.getMessage()} (repeated {repeats} times before)", ()
+        return True
+
+
+def problem_key(message: str) -> str:
+    """What makes a librdkafka log line a distinct problem: its text without client names and numbers."""
+    return re.sub(r"\d+", "#", re.sub(r"rdkafka#\w+-\d+", "", message))
+
+
+def librdkafka_logger() -> logging.Logger:
+    """The logger every client is given: librdkafka's lines become Python log records (never raw
+    `%3|...` lines on stderr), once per distinct problem (`OncePerProblem`)."""
+    log = logging.getLogger(LIBRDKAFKA_LOGGER)
+    if not any(isinstance(f, OncePerProblem) for f in log.filters):
+        log.addFilter(OncePerProblem())
+    return log
+
 
 def common_config(settings: Settings) -> dict[str, Any]:
-    """Settings every client shares: bootstrap servers plus the raw `extra` passthrough."""
+    """Settings every client shares: bootstrap servers, librdkafka's logs routed to Python logging
+    (served by the client's poll, so nothing is printed once a client is closed), plus the raw
+    `extra` passthrough."""
     if not settings.bootstrap_servers:
         raise NoBrokerError("no Kafka broker configured: set CONVDB_BOOTSTRAP_SERVERS or run `convdb dev up`")
-    return {"bootstrap.servers": settings.bootstrap_servers, **settings.kafka.extra}
+    return {
+        "bootstrap.servers": settings.bootstrap_servers,
+        "logger": librdkafka_logger(),
+        **settings.kafka.extra,
+    }
+
+
+def probe_broker(settings: Settings, source: str, timeout: float = PROBE_TIMEOUT_S) -> None:
+    """Raise unless a broker answers a metadata request at `settings.bootstrap_servers` in `timeout`.
+
+    `source` says where the address came from (an environment variable, the dev stack file).
+
+    Raises:
+        NoBrokerError: no address is configured.
+        BrokerUnreachableError: nothing answered in time (the message names address and source).
+    """
+    admin = make_admin(settings)
+    try:
+        admin.list_topics(timeout=timeout)
+    except KafkaException as exc:
+        error = exc.args[0] if exc.args else exc
+        reason = error.str() if hasattr(error, "str") else str(error)
+        raise BrokerUnreachableError(
+            f"no Kafka broker answered at {settings.bootstrap_servers} (from {source}) within "
+            f"{timeout:.0f} s: {reason}"
+        ) from exc
 
 
 def producer_config(settings: Settings, transactional_id: str | None = None) -> dict[str, Any]:
@@ -64,17 +142,24 @@ def consumer_config(settings: Settings, group_id: str, **overrides: Any) -> dict
         "partition.assignment.strategy": "range",
         "allow.auto.create.topics": False,
         # The read side is latency-sensitive: an idle fetch is answered after at most this long
-        # (librdkafka's 500 ms default puts half a second into produce -> visible).
-        "fetch.wait.max.ms": fetch_wait_ms(settings),
+        # (librdkafka's 500 ms default puts half a second into produce -> visible on Apache Kafka;
+        # the embedded broker answers as records arrive, and a short wait only burns its CPU).
+        "fetch.wait.max.ms": group_fetch_wait_ms(settings),
     }
     conf.update(overrides)
     return conf
 
 
 def fetch_wait_ms(settings: Settings) -> int:
-    """`fetch.wait.max.ms` for this broker profile."""
+    """`fetch.wait.max.ms` of a reader that reads to a partition's end, for this broker profile."""
     k = settings.kafka
     return k.embedded_fetch_wait_max_ms if k.embedded else k.fetch_wait_max_ms
+
+
+def group_fetch_wait_ms(settings: Settings) -> int:
+    """`fetch.wait.max.ms` of a long-lived group consumer, for this broker profile."""
+    k = settings.kafka
+    return k.embedded_group_fetch_wait_max_ms if k.embedded else k.fetch_wait_max_ms
 
 
 def make_producer(settings: Settings, transactional_id: str | None = None) -> Producer:

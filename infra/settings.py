@@ -43,8 +43,15 @@ class KafkaSettings(Section):
     )
     embedded_fetch_wait_max_ms: int = Field(
         10,
-        description="The same on the embedded broker, which answers a fetch at the end of its wait "
-        "even when records arrive sooner (Apache Kafka answers as they arrive).",
+        description="The same on the embedded broker for readers that read to a partition's end (tail, "
+        "export, audit, the API's owner lookup): an empty fetch at the end is held this long.",
+    )
+    embedded_group_fetch_wait_max_ms: int = Field(
+        500,
+        description="The same on the embedded broker for the long-lived group consumers (runners, "
+        "read-side consumers, archive). It answers a fetch as records arrive (about 7 ms measured), so "
+        "a long wait costs little latency, while a short one keeps an idle broker busy (10 ms: 11% of a "
+        "core for one runner and one consumer process doing nothing; 500 ms: 1.4%).",
     )
     delivery_timeout_s: float = Field(
         30.0, description="How long a produce may wait for the broker before it fails loudly."
@@ -360,14 +367,32 @@ class Settings(BaseSettings):
         description="SQLAlchemy URL of the projection store; default a SQLite file in data_dir.",
     )
     archive_url: str | None = Field(None, description="Archive location: s3://bucket/prefix or file:///dir.")
-    kafka: KafkaSettings = Field(default_factory=KafkaSettings)
-    s3: S3Settings = Field(default_factory=S3Settings)
-    llm: LLMSettings = Field(default_factory=LLMSettings)
-    archive: ArchiveSettings = Field(default_factory=ArchiveSettings)
-    api: ApiSettings = Field(default_factory=ApiSettings)
-    runtime: RuntimeSettings = Field(default_factory=RuntimeSettings)
-    reconciler: ReconcilerSettings = Field(default_factory=ReconcilerSettings)
-    ops: OpsSettings = Field(default_factory=OpsSettings)
+    kafka: KafkaSettings = Field(
+        default_factory=KafkaSettings, description="Kafka client settings (CONVDB_KAFKA__*)."
+    )
+    s3: S3Settings = Field(
+        default_factory=S3Settings, description="The archive's S3 endpoint and credentials (CONVDB_S3__*)."
+    )
+    llm: LLMSettings = Field(
+        default_factory=LLMSettings, description="Which LLM the agent and titles call (CONVDB_LLM__*)."
+    )
+    archive: ArchiveSettings = Field(
+        default_factory=ArchiveSettings,
+        description="When the S3 archive sink closes an object (CONVDB_ARCHIVE__*).",
+    )
+    api: ApiSettings = Field(
+        default_factory=ApiSettings, description="The query API and console (CONVDB_API__*)."
+    )
+    runtime: RuntimeSettings = Field(
+        default_factory=RuntimeSettings, description="Limits of the agent runtime (CONVDB_RUNTIME__*)."
+    )
+    reconciler: ReconcilerSettings = Field(
+        default_factory=ReconcilerSettings, description="The effect reconciler (CONVDB_RECONCILER__*)."
+    )
+    ops: OpsSettings = Field(
+        default_factory=OpsSettings,
+        description="Ops endpoint and logs of long-running services (CONVDB_OPS__*).",
+    )
     dev: bool | None = Field(
         None,
         description="Development mode: accept the sample API key and receipt secret. None: on exactly "
@@ -378,7 +403,9 @@ class Settings(BaseSettings):
         description="Registered secrets, name -> value: replaced by <secret:NAME> before anything is "
         "written (topics, stores, archive, logs); tools get the value back. See also `--secrets-file`.",
     )
-    openhands: OpenHandsSettings = Field(default_factory=OpenHandsSettings)
+    openhands: OpenHandsSettings = Field(
+        default_factory=OpenHandsSettings, description="The OpenHands bridge (CONVDB_OPENHANDS__*)."
+    )
     crash_at: str | None = Field(
         None, description="Fault injection: SIGKILL the runner at this named crash point (tests only)."
     )
@@ -425,6 +452,9 @@ class Settings(BaseSettings):
             for name, secret in self.api.receipt_secrets.items()
             if secret.get_secret_value() in SAMPLE_CREDENTIALS
         ]
+        session = self.api.session_secret
+        if serving_api and session is not None and session.get_secret_value() in SAMPLE_CREDENTIALS:
+            found.append("CONVDB_API__SESSION_SECRET")
         s3_secret = self.s3.secret_access_key
         if s3_secret is not None and s3_secret.get_secret_value() in SAMPLE_CREDENTIALS:
             found.append("CONVDB_S3__SECRET_ACCESS_KEY")

@@ -184,6 +184,17 @@ def traced(headers: RecordHeaders | None, name: str, **attributes: Any) -> Any:
     return span(name, kind=SpanKind.CONSUMER, parent=parent, attributes=attributes)
 
 
+def traced_or_root(headers: RecordHeaders | None, name: str, **attributes: Any) -> Any:
+    """`traced`, but a record that carries no context (written by `convdb run`, an import, a client
+    that does not trace) starts a trace of its own here, so that what it causes is traced all the
+    same; a no-op context manager when not tracing."""
+    if not _state["enabled"]:
+        return nullcontext(None)
+    # An empty context: a new trace, never a child of whatever span is current.
+    parent = extract(headers) or Context()
+    return span(name, kind=SpanKind.CONSUMER, parent=parent, attributes=attributes)
+
+
 def litellm_parent() -> dict[str, Any]:
     """`metadata` for a litellm call: its OpenTelemetry callback then emits its own span
     (`litellm_request`) as a child of the current one. Without it litellm decorates whatever span

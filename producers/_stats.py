@@ -44,8 +44,11 @@ class RunStats:
         """Count one step, its overhead (step time minus LLM and tool time) and, within that,
         the time spent waiting for the broker."""
         self.steps += 1
-        self.overhead_ms += max(0.0, overhead_ms)
-        self.step_publish_ms += publish_ms
+        overhead = max(0.0, overhead_ms)
+        self.overhead_ms += overhead
+        # Within the overhead: parallel actions count their tool time once per thread, so the
+        # overhead of such a step can come out below its broker wait (a negative CPU overhead).
+        self.step_publish_ms += min(max(0.0, publish_ms), overhead)
 
     @property
     def overhead_per_step_ms(self) -> float:

@@ -26,7 +26,7 @@ from convdb.consumers.api.deps import ApiContext
 from convdb.consumers.api.params import Problem, refuse_unknown_query
 from convdb.consumers.errors import QueryInputError
 from convdb.consumers.store import lock_schema, open_engine
-from convdb.infra.errors import PublishError
+from convdb.infra.errors import NoBrokerError, PublishError
 from convdb.infra.secrets import SecretsRegistry
 from convdb.infra.settings import Settings
 from convdb.projections.errors import QueryError
@@ -84,6 +84,7 @@ def create_app(
     app.add_exception_handler(QueryError, _query_error)
     app.add_exception_handler(QueryInputError, _query_error)
     app.add_exception_handler(PublishError, _unavailable)
+    app.add_exception_handler(NoBrokerError, _no_broker)
     app.add_exception_handler(WriteShareError, _over_share)
     app.openapi = lambda: _openapi(app)  # type: ignore[method-assign]
     return app
@@ -189,8 +190,18 @@ _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 _CONTROL_BYTES = re.compile(rb"[\x00-\x1f\x7f]")
 
 
-async def _unavailable(_request: Request, exc: Exception) -> JSONResponse:
-    return JSONResponse({"detail": f"not acknowledged by the broker, retry later: {exc}"}, status_code=503)
+async def _unavailable(request: Request, exc: Exception) -> JSONResponse:
+    settings = request.app.state.ctx.settings
+    # Where the address came from (set by `convdb serve`): what an operator fixes.
+    source = getattr(request.app.state, "broker_source", None)
+    where = f"{settings.bootstrap_servers} (from {source})" if source else settings.bootstrap_servers
+    return JSONResponse(
+        {"detail": f"not acknowledged by the broker at {where}, retry later: {exc}"}, status_code=503
+    )
+
+
+async def _no_broker(_request: Request, _exc: Exception) -> JSONResponse:
+    return JSONResponse({"detail": observe.NO_BROKER}, status_code=503)
 
 
 async def _over_share(_request: Request, exc: Exception) -> JSONResponse:

@@ -98,13 +98,23 @@ def install(app: FastAPI) -> ApiMetrics:
     return metrics
 
 
+NO_BROKER = (
+    "no broker configured: CONVDB_BOOTSTRAP_SERVERS is unset and no dev stack runs (`convdb dev up`); "
+    "writes answer 503"
+)
+"""What /healthz and every write say when the API was started without a broker."""
+
+
 def health(app: FastAPI) -> Report:
-    """Healthy while the store answers a trivial query."""
+    """Healthy while the store answers a trivial query and a broker is configured."""
     try:
         with app.state.ctx.engine.connect() as conn:
             conn.exec_driver_sql("SELECT 1")
     except SQLAlchemyError as exc:
         return False, {"problems": {"store": f"{type(exc).__name__}: {str(exc).splitlines()[0]}"}}
+    if not app.state.ctx.settings.bootstrap_servers:
+        # Reads work, but every write would fail: not a state to route users' posts to.
+        return False, {"problems": {"broker": NO_BROKER}}
     return True, {"problems": {}}
 
 

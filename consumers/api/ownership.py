@@ -26,7 +26,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 from convdb.consumers.errors import ConsumerError
 from convdb.consumers.store import stored_offsets
 from convdb.consumers.views import queries as views
-from convdb.infra.kafka import make_consumer
+from convdb.infra.kafka import fetch_wait_ms, make_consumer
 from convdb.infra.partitioner import partition_for
 from convdb.infra.records import coordinates
 from convdb.infra.retry import Backoff
@@ -171,7 +171,10 @@ class LogOwnership:
             reader = self._readers.pop() if self._readers else None
         if reader is None:
             reader = make_consumer(
-                self.settings, self.settings.group("api-ownership"), **{"enable.partition.eof": True}
+                self.settings,
+                self.settings.group("api-ownership"),
+                # It reads a log tail to its end: an empty fetch there waits this long.
+                **{"enable.partition.eof": True, "fetch.wait.max.ms": fetch_wait_ms(self.settings)},
             )
         try:
             yield reader

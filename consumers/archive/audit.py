@@ -30,6 +30,13 @@ class Difference:
     live: str | None
     shadow: str | None
 
+    @property
+    def what(self) -> str:
+        """'missing in live', 'missing in shadow' or 'different'."""
+        if self.live is None:
+            return "missing in live"
+        return "missing in shadow" if self.shadow is None else "different"
+
 
 def installed(engine: Engine) -> dict[str, int]:
     """Projectors whose tables exist in a store, with their layout version."""
@@ -51,15 +58,65 @@ def digests(engine: Engine, projector: Projector) -> dict[str, str]:
         raise StoreUrlError(f"cannot read {projector.name} digests from {engine.url!r}: {exc}") from exc
 
 
-def diff(live: Engine, shadow: Engine, projectors: list[Projector]) -> list[Difference]:
-    """Every conversation whose digest differs, or exists on one side only, per projector."""
+@dataclass(frozen=True)
+class Comparison:
+    """What `compare` found: how many conversations it compared, and those that differ."""
+
+    compared: int
+    differences: list[Difference]
+
+
+def compare(live: Engine, shadow: Engine, projectors: list[Projector]) -> Comparison:
+    """Every conversation whose digest differs, or exists on one side only, per projector; and
+    how many conversations (on either side, any projector) were compared."""
     found: list[Difference] = []
+    seen: set[str] = set()
     for projector in projectors:
         a, b = digests(live, projector), digests(shadow, projector)
+        seen |= set(a) | set(b)
         for conv in sorted(set(a) | set(b)):
             if a.get(conv) != b.get(conv):
                 found.append(Difference(projector.name, conv, a.get(conv), b.get(conv)))
-    return found
+    return Comparison(len(seen), found)
+
+
+def diff(live: Engine, shadow: Engine, projectors: list[Projector]) -> list[Difference]:
+    """Every conversation whose digest differs, or exists on one side only, per projector."""
+    return compare(live, shadow, projectors).differences
+
+
+def first_differing_seq(
+    live: Engine, shadow: Engine, projector: Projector, conversation_id: str
+) -> int | None:
+    """The first event seq whose rows differ between the stores, in the projector's tables that
+    keep rows per seq (the digested columns where declared); None when none of its tables does,
+    or their per-seq rows agree (the difference is elsewhere, e.g. a per-conversation row)."""
+    metadata = getattr(projector, "metadata", None)
+    if metadata is None:
+        return None
+    declared = {d.table.name: d.columns for d in getattr(projector, "digest_of", ()) if not d.precomputed}
+    first: int | None = None
+    for table in metadata.sorted_tables:
+        if "seq" not in table.c or "conversation_id" not in table.c:
+            continue
+        columns = [table.c[c] for c in declared.get(table.name, ())] or list(table.columns)
+        query = (
+            sa.select(table.c.seq, *columns)
+            .where(table.c.conversation_id == conversation_id)
+            .order_by(*([table.c.seq, *table.primary_key.columns]))
+        )
+        sides = []
+        for engine in (live, shadow):
+            rows: dict[int, list[tuple[object, ...]]] = {}
+            with engine.connect() as conn:
+                for seq, *values in conn.execute(query):
+                    rows.setdefault(seq, []).append(tuple(str(v) for v in values))
+            sides.append(rows)
+        for seq in sorted(set(sides[0]) | set(sides[1])):
+            if sides[0].get(seq) != sides[1].get(seq):
+                first = seq if first is None else min(first, seq)
+                break
+    return first
 
 
 def view_at(trajectory: Trajectory, at: datetime | None, offset: int | None) -> view.ViewState:

@@ -53,12 +53,17 @@ class ReplayResult:
     outside_window: int = 0
     seconds: float = 0.0
     segments: list[Segment] = field(default_factory=list)
+    flowing_seconds: float = 0.0
+    """From the first record read to the last one stored: `seconds` without the start-up (tables
+    reset, readers connected and positioned) and the index build at the end."""
 
     @property
     def rate(self) -> float:
-        """Records read per second (applied + skipped)."""
+        """Records read per second (applied + skipped) while they flowed (all of `seconds` when
+        that was not measured, e.g. several processes)."""
         total = self.applied + self.undecodable + self.rejected + self.outside_window
-        return total / self.seconds if self.seconds > 0 else 0.0
+        seconds = self.flowing_seconds or self.seconds
+        return total / seconds if seconds > 0 else 0.0
 
 
 def open_store(url: str) -> Engine:
@@ -131,6 +136,7 @@ def load(
     """
     result = ReplayResult(projector.name, segments=[s for segs in segments.values() for s in segs])
     started = time.monotonic()
+    flowing: float | None = None  # when the first record arrived
     topics = {t.name(settings.namespace): t for t in projector.topics}
     pipeline: StorePipeline[list[ConsumedRecord], None] = StorePipeline(
         lambda batch: _apply(engine, projector, settings.namespace, batch, result),
@@ -145,6 +151,8 @@ def load(
                 done = False
                 while not done:
                     batch, done = _next_batch(raw, topics[topic], codec, window, result, batch_size)
+                    if batch and flowing is None:
+                        flowing = time.monotonic()
                     if batch:
                         pipeline.submit(batch)
                     del batch
@@ -155,6 +163,7 @@ def load(
     finally:
         pipeline.close()
     result.seconds = time.monotonic() - started
+    result.flowing_seconds = time.monotonic() - flowing if flowing is not None else 0.0
     return result
 
 

@@ -9,7 +9,9 @@ from pathlib import Path
 
 from pydantic import SecretStr
 
+from convdb.infra.connection import broker_source
 from convdb.infra.errors import NoBrokerError
+from convdb.infra.kafka import probe_broker
 from convdb.infra.secrets import SecretsFileError, load_secrets_file, registry_for
 from convdb.infra.settings import Settings
 from convdb.schemas.errors import ConvdbError, InvalidValueError
@@ -34,12 +36,31 @@ def require_broker(settings: Settings) -> Settings:
     return settings
 
 
+def reachable_broker(settings: Settings) -> Settings:
+    """The settings, once a broker answered at their address (within `PROBE_TIMEOUT_S`).
+
+    Raises:
+        NoBrokerError: no broker configured and no dev stack running.
+        BrokerUnreachableError: nothing answered; the message names the address and its source.
+    """
+    require_broker(settings)
+    probe_broker(settings, broker_source(settings))
+    return settings
+
+
 def refuse_sample_credentials(settings: Settings, *, serving_api: bool = True) -> None:
     """Stop a service that would accept a credential published with convdb, unless in dev mode."""
     found = settings.sample_credentials(serving_api=serving_api)
     if found and not settings.dev_mode:
+        # What is missing first: without a broker nothing is in development mode by itself.
+        missing = (
+            "no broker: CONVDB_BOOTSTRAP_SERVERS is unset and no dev stack runs (start one with "
+            "`convdb dev up`, which is development mode); "
+            if not settings.bootstrap_servers
+            else ""
+        )
         raise UsageError(
-            f"refusing to start: {', '.join(found)} is a sample credential published with convdb; "
+            f"refusing to start: {missing}{', '.join(found)} is a sample credential published with convdb; "
             "set your own (see infra/deploy/.env.example), or CONVDB_DEV=true for development"
         )
 

@@ -55,11 +55,21 @@ def _diff(args: argparse.Namespace) -> int:
             if name not in have:
                 raise UsageError(f"store {url} has no {name!r} projection")
     projectors = [load_projector(n, settings) for n in names]
-    differences = audit.diff(live, shadow, projectors)
+    found = audit.compare(live, shadow, projectors)
+    differences = found.differences
+    by_name = {p.name: p for p in projectors}
     for d in differences:
-        print(f"{d.consumer}\t{d.conversation_id}\tlive={d.live or '-'}\tshadow={d.shadow or '-'}")
+        where = d.what
+        if where == "different":
+            seq = audit.first_differing_seq(live, shadow, by_name[d.consumer], d.conversation_id)
+            where += f" (first differing seq {seq})" if seq is not None else " (no per-seq row differs)"
+        print(f"{d.consumer}\t{d.conversation_id}\t{where}\tlive={d.live or '-'}\tshadow={d.shadow or '-'}")
     # The verdict is the command's answer: on stdout, after the differing rows it sums up.
-    print(f"audit: {len(differences)} conversation(s) differ across {', '.join(names)}")
+    missing = sum(d.what != "different" for d in differences)
+    print(
+        f"audit: compared {found.compared} conversation(s) across {', '.join(names)}: "
+        f"{len(differences)} differ ({missing} missing on one side, {len(differences) - missing} different)"
+    )
     return 1 if differences else 0
 
 

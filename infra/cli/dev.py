@@ -6,12 +6,14 @@ from __future__ import annotations
 import argparse
 import json
 import signal
+import sys
 import threading
 from pathlib import Path
 
 from convdb.infra.cli._common import UsageError
 from convdb.infra.connection import DevStack, read_stack, stack_file
 from convdb.infra.dev import devstack
+from convdb.infra.dev.choice import BROKER_CHOICES, choose, describe
 from convdb.infra.settings import Settings
 
 
@@ -26,10 +28,10 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p_up.add_argument("--no-s3", action="store_true", help="broker only, no local S3")
     p_up.add_argument(
         "--broker",
-        choices=("embedded", "apache"),
-        default="embedded",
-        help="embedded: Tansu from the wheel (default, pip only); apache: Apache Kafka (needs Java 17+, "
-        "Maven on first use)",
+        choices=BROKER_CHOICES,
+        default="auto",
+        help="auto (default): Apache Kafka where Java 17+ is on the machine (its jars cached, or Maven to "
+        "fetch them), else the embedded one; embedded: Tansu from the wheel (pip only); apache: Apache Kafka",
     )
     p_up.set_defaults(func=_up)
     actions.add_parser("down", help="stop them").set_defaults(func=_down)
@@ -53,7 +55,12 @@ def _up(args: argparse.Namespace) -> int:
     settings = Settings()
     if args.persistent and args.broker == "apache":
         raise UsageError("--persistent is for the embedded broker (Apache Kafka keeps its data on disk)")
-    stack = devstack.up(settings, persistent=args.persistent, with_s3=not args.no_s3, broker=args.broker)
+    # --persistent keeps Tansu's data on the local S3: the embedded broker, whatever auto would pick.
+    choice = choose("embedded" if args.persistent and args.broker == "auto" else args.broker)
+    current = read_stack(settings)
+    if current is None or not current.alive:
+        print(describe(choice), file=sys.stderr, flush=True)
+    stack = devstack.up(settings, persistent=args.persistent, with_s3=not args.no_s3, broker=choice.kind)
     _print_state(settings, stack)
     return 0
 

@@ -77,6 +77,15 @@ def _export_openhands(args: argparse.Namespace) -> int:
     cid = args.conversation
     if re.fullmatch(r"[0-9a-fA-F]{32}", cid):
         cid = str(uuid.UUID(cid))  # an OpenHands id as its directory spells it
+    try:
+        uuid.UUID(cid)
+    except ValueError as exc:
+        # Checked before anything is read: OpenHands names a conversation's directory by its UUID.
+        raise UsageError(
+            f"conversation {cid!r} cannot be exported to OpenHands: OpenHands conversation ids are UUIDs "
+            "(e.g. 0c7e4f8e-...; conversations imported from OpenHands or created through the API have "
+            "one), and this id is not one; --format jsonl or avro export any conversation"
+        ) from exc
     found = trajectory(load_settings(), cid, args.source)
     path = write_conversation(root, to_openhands(cid, found.events))
     print(f"{cid}: {path}")

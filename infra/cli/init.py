@@ -6,7 +6,7 @@ import argparse
 from pathlib import Path
 from urllib.parse import urlparse
 
-from convdb.infra.cli._common import refuse_sample_credentials, require_broker
+from convdb.infra.cli._common import reachable_broker, refuse_sample_credentials, require_broker
 from convdb.infra.connection import load_settings
 from convdb.infra.errors import InfraError
 from convdb.infra.kafka import apply_topics
@@ -32,6 +32,7 @@ def _init(_: argparse.Namespace) -> int:
 
     settings = require_broker(load_settings())
     refuse_sample_credentials(settings, serving_api=False)
+    reachable_broker(settings)
     for name, state in apply_topics(settings, (*ALL_TOPICS, CHANGELOG)).items():
         print(f"topic {name}\t{state}", flush=True)
     if settings.archive_url:

@@ -11,7 +11,8 @@ import importlib
 import os
 import signal
 import sys
-from typing import NoReturn
+from importlib.metadata import version as package_version
+from typing import Any, NoReturn
 
 from confluent_kafka import KafkaException
 from pydantic import ValidationError
@@ -38,6 +39,7 @@ COMMAND_MODULES = (
     "convdb.infra.cli.openhands",
     "convdb.infra.cli.reconcile",
     "convdb.infra.cli.runner",
+    "convdb.infra.cli.config",
 )
 """Modules that register subcommands, in help order; each has `register(subparsers)`."""
 
@@ -67,7 +69,13 @@ def _first_error(exc: ValidationError) -> str:
 
 
 class OneLineParser(argparse.ArgumentParser):
-    """argparse, but a usage error is one line (with where to find help), exit code 2."""
+    """argparse, but a usage error is one line (with where to find help), exit code 2, and an
+    option is only ever taken by its full name (`--conversation` is not `--conversations`).
+    Subcommand parsers are of this class too (argparse makes them of the parent's class)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("allow_abbrev", False)
+        super().__init__(*args, **kwargs)
 
     def error(self, message: str) -> NoReturn:
         """Print `prog: error: message` and exit 2."""
@@ -80,6 +88,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="convdb", description="Conversation as database: agent conversations on Kafka."
     )
     parser.add_argument("-v", "--verbose", action="store_true", help="log at DEBUG level")
+    parser.add_argument("--version", action="version", version=f"convdb {package_version('convdb')}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name in COMMAND_MODULES:
         importlib.import_module(name).register(sub)

@@ -145,11 +145,23 @@ def _replay(args: argparse.Namespace) -> int:
         if reader is not None:
             reader.close()
     sources = "+".join(sorted({s.source for s in result.segments})) or "nothing"
+    flowing = (
+        f"{result.rate:,.0f} events/s once records flowed, start-up excluded"
+        if result.flowing_seconds
+        else f"{result.rate:,.0f} events/s"
+    )
     print(
         f"replayed {result.consumer}: {result.applied} events from {sources} into {args.into} in "
-        f"{result.seconds:.2f}s ({result.rate:,.0f} events/s); undecodable {result.undecodable}, "
+        f"{result.seconds:.2f}s ({flowing}); undecodable {result.undecodable}, "
         f"rejected {result.rejected}, outside window {result.outside_window}"
     )
+    if result.rejected:
+        print(
+            f"  rejected: {result.rejected} record(s) the projection refused, as the live consumer does "
+            "(a seq gap, an unknown parent, an illegal transition, another tenant's record for a "
+            "conversation): left out of the store; the live consumer sends each to the DLQ with the "
+            "reason (`convdb tail --topic dlq`), and the log above names each one"
+        )
     return 0
 
 

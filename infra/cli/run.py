@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import sys
 import uuid
 from collections.abc import Iterator
 from datetime import UTC, datetime
@@ -20,6 +21,7 @@ from convdb.infra.cli._common import (
     UsageError,
     conversation_id,
     identifier,
+    reachable_broker,
     with_secrets_file,
 )
 from convdb.infra.connection import load_settings
@@ -59,15 +61,15 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 @contextlib.contextmanager
-def broker_for(settings: Settings, *, with_s3: bool) -> Iterator[Settings]:
-    """The configured broker, or an embedded one for the duration of the command."""
+def broker_for(settings: Settings, *, with_s3: bool, broker: str = "embedded") -> Iterator[Settings]:
+    """The configured broker, or one for the duration of the command (`broker`: its kind)."""
     if settings.bootstrap_servers:
         from convdb.infra.kafka import apply_topics
 
-        apply_topics(settings)
+        apply_topics(reachable_broker(settings))
         yield settings
         return
-    with EphemeralStack(settings, with_s3=with_s3) as stack:
+    with EphemeralStack(settings, with_s3=with_s3, broker=broker) as stack:
         yield stack
 
 
@@ -82,6 +84,13 @@ def _run(args: argparse.Namespace) -> int:
     store = (
         settings.data_dir / "run" / f"{uuid.uuid4().hex}.sqlite" if not settings.bootstrap_servers else None
     )
+    if not settings.bootstrap_servers:
+        print(
+            "convdb run: no broker configured and no dev stack running: an embedded broker for this "
+            "command only, so the conversation is gone when it ends (`convdb dev up` keeps one)",
+            file=sys.stderr,
+            flush=True,
+        )
     with broker_for(settings, with_s3=False) as live:
         try:
             ctx = build_context(live, workspace, args.tracker_url, args.model, store=store, agent=args.agent)

@@ -7,7 +7,7 @@ import logging
 from pathlib import Path
 
 from convdb.infra.cli._common import SECRETS_FILE_HELP, port, refuse_sample_credentials
-from convdb.infra.connection import load_settings
+from convdb.infra.connection import broker_source, load_settings
 from convdb.infra.ops import start_ops
 from convdb.infra.secrets import registry_for
 
@@ -31,7 +31,15 @@ def _serve(args: argparse.Namespace) -> int:
 
     settings = load_settings()
     refuse_sample_credentials(settings)
+    if settings.api.session_secret is None and not settings.dev_mode:
+        logger.warning(
+            "CONVDB_API__SESSION_SECRET is unset: console sessions are signed with a random key of this "
+            "process, so they end when it restarts and, with more than one API replica, a session "
+            "started on one is refused by the others (sign-in loops). Set the same secret on every "
+            "replica (infra/deploy: API_SESSION_SECRET, convdb-secrets)."
+        )
     app = create_app(settings, secrets=registry_for(settings.secret_values(), args.secrets_file))
+    app.state.broker_source = broker_source(settings) if settings.bootstrap_servers else None
     host, port = args.host or settings.api.host, args.port or settings.api.port
     # The API answers /healthz and /metrics itself; the ops port serves the same for probes and
     # scrapers that use one port for every convdb service.

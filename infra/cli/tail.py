@@ -11,7 +11,7 @@ from typing import Any
 from confluent_kafka import Message
 
 from convdb.infra import dlq
-from convdb.infra.cli._common import conversation_id, iso_timestamp, non_negative, positive, require_broker
+from convdb.infra.cli._common import conversation_id, iso_timestamp, non_negative, positive, reachable_broker
 from convdb.infra.connection import load_settings
 from convdb.infra.reader import read_topic
 from convdb.infra.records import coordinates, header_items
@@ -41,7 +41,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 
 def _tail(args: argparse.Namespace) -> int:
-    settings = require_broker(load_settings())
+    settings = reachable_broker(load_settings())
     codec = make_codec(settings.schema_registry_url)
     topic = TOPICS[args.topic]
     shown = 0

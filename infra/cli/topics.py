@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from convdb.infra.cli._common import require_broker
+from convdb.infra.cli._common import reachable_broker
 from convdb.infra.connection import load_settings
 from convdb.infra.kafka import apply_topics, list_topics
 
@@ -18,14 +18,14 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 
 def _apply(_: argparse.Namespace) -> int:
-    settings = require_broker(load_settings())
+    settings = reachable_broker(load_settings())
     for name, state in apply_topics(settings).items():
         print(f"{name}\t{state}")
     return 0
 
 
 def _list(_: argparse.Namespace) -> int:
-    settings = require_broker(load_settings())
+    settings = reachable_broker(load_settings())
     for name, partitions in list_topics(settings).items():
         print(f"{name}\t{partitions} partitions")
     return 0

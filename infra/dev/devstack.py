@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import shutil
 from contextlib import ExitStack
 from dataclasses import asdict
@@ -109,26 +110,36 @@ def down(settings: Settings) -> bool:
 
 
 class EphemeralStack:
-    """An embedded broker (and S3) for the lifetime of one command; dies with its parent."""
+    """A broker (the embedded one, or `broker="apache"`: one Apache Kafka node) and S3 for the
+    lifetime of one command; dies with its parent."""
 
-    def __init__(self, settings: Settings, *, with_s3: bool = True) -> None:
+    def __init__(self, settings: Settings, *, with_s3: bool = True, broker: str = "embedded") -> None:
         self.settings = settings
         self.with_s3 = with_s3
+        self.broker = broker
         self._stack = ExitStack()
 
     def __enter__(self) -> Settings:
         root = self.settings.data_dir.resolve()
         root.mkdir(parents=True, exist_ok=True)
         try:
-            broker = self._stack.enter_context(EmbeddedBroker(root / "broker.log"))
-            stack = DevStack(broker.bootstrap_servers, broker_pid=0)
+            if self.broker == "apache":
+                kafka = ApacheKafka(root / f"kafka-{os.getpid()}", size=1)
+                self._stack.callback(shutil.rmtree, kafka.root, True)
+                address = self._stack.enter_context(kafka).bootstrap_servers
+            else:
+                address = self._stack.enter_context(EmbeddedBroker(root / "broker.log")).bootstrap_servers
+            stack = DevStack(address, broker_pid=0, broker_kind=self.broker)
             if self.with_s3:
                 s3 = self._stack.enter_context(EmbeddedS3(root / "s3"))
-                stack = DevStack(broker.bootstrap_servers, 0, s3.endpoint_url, None)
+                stack = DevStack(address, 0, s3.endpoint_url, None, broker_kind=self.broker)
         except InfraError:
             self._stack.close()
             raise
         settings = stack.apply(self.settings)
+        # A broker for one command is development by definition, whichever kind it is.
+        dev = self.settings.dev if self.settings.dev is not None else True
+        settings = settings.model_copy(update={"dev": dev})
         apply_topics(settings)
         return settings
 

@@ -109,7 +109,7 @@ class Intake:
                 return record
             with (
                 log_context(conversation_id=record.conversation_id, tenant_id=record.tenant_id),
-                tracing.traced(msg.headers(), "runner external", **tracing.record_attributes(msg)),
+                tracing.traced_or_root(msg.headers(), "runner external", **tracing.record_attributes(msg)),
             ):
                 batch.external(record, offset + 1)
         except ConvdbError as exc:
@@ -207,10 +207,11 @@ class Intake:
         conv.positions.inbox_offset = offset + 1
         owner.sink.attach_offset(offset + 1, record.id if record.command == "message" else None)
         self.ctx.metrics.inbox.inc()
-        # The inbox record's trace (the API request that wrote it) continues through the run.
+        # The inbox record's trace (the API request that wrote it) continues through the run; a
+        # record without one (`convdb run`, an import) starts its own trace here.
         with (
             log_context(conversation_id=record.conversation_id, tenant_id=record.tenant_id),
-            tracing.traced(msg.headers(), "runner inbox", **tracing.record_attributes(msg)),
+            tracing.traced_or_root(msg.headers(), "runner inbox", **tracing.record_attributes(msg)),
         ):
             apply_inbox(conv, record, self.ctx.runtime.crash)
         owner.sink.commit_offset()

@@ -81,6 +81,7 @@ def test_replay_from_archive_plus_kafka_tail_equals_live_and_tamper_is_named(
     out = capsys.readouterr().out
     assert code == 0, out
     assert "220 events from archive+kafka" in out
+    assert "events/s once records flowed, start-up excluded" in out and "rejected 0" in out
     assert run_cli(monkeypatch, settings, "audit", "diff", live, shadow) == 0
     capsys.readouterr()
 
@@ -90,10 +91,26 @@ def test_replay_from_archive_plus_kafka_tail_equals_live_and_tamper_is_named(
             sa.text("UPDATE views_conversations SET last_seq = 999 WHERE conversation_id = 'conv-4'")
         )
         tampered = ViewsConsumer().digests(conn)["conv-4"]
+        # conv-2's event at seq 7 has another id in the live store.
+        conn.execute(
+            sa.text("UPDATE views_events SET event_id = 'other' WHERE conversation_id = 'conv-2' AND seq = 7")
+        )
+    with open_engine(shadow).begin() as conn:
+        conn.execute(sa.text("DELETE FROM views_conversations WHERE conversation_id = 'conv-new'"))
     assert run_cli(monkeypatch, settings, "audit", "diff", live, shadow) == 1
-    lines = capsys.readouterr().out.strip().splitlines()
-    assert len(lines) == 2 and lines[0].startswith(f"views	conv-4	live={tampered}	shadow=")
-    assert lines[1] == "audit: 1 conversation(s) differ across views"  # the verdict, on stdout
+    printed = capsys.readouterr()
+    lines = printed.out.strip().splitlines()
+    assert len(lines) == 4, printed
+    assert lines[0].startswith("views	conv-2	different (first differing seq 7)	live="), lines[0]
+    assert lines[1].startswith(
+        f"views	conv-4	different (no per-seq row differs)	live={tampered}	shadow="
+    )
+    assert lines[2].startswith("views	conv-new	missing in shadow	live="), lines[2]
+    # The verdict, on stdout: how many were compared, and how they differ.
+    assert (
+        lines[3]
+        == "audit: compared 7 conversation(s) across views: 3 differ (1 missing on one side, 2 different)"
+    )
 
 
 def test_replay_from_the_archive_alone_equals_kafka(

@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 
 import httpx
@@ -59,6 +60,12 @@ def test_demo_story_then_keep_until_ctrl_c(settings: Settings, tmp_path: Path) -
     )
     try:
         story, printed = _lines_until(proc, "Press Ctrl-C", 300)
+        # The story streams as it happens: each conversation's line as it stops, before the story.
+        stopped = [i for i, line in enumerate(printed) if re.search(r"conversation demo-\w+ finished", line)]
+        header = next(i for i, line in enumerate(printed) if "2 agent conversations" in line)
+        act2 = next(i for i, line in enumerate(printed) if "act 2: runner A was killed" in line)
+        assert len(stopped) == 2 and max(stopped) < act2 < header, "".join(printed)
+        assert printed[0].split()[1:3] == ["convdb", "demo:"], printed[0]
         assert "2 agent conversations" in story and story.count("Summarise notes-") == 2
         assert "create_issue" in story and "the call answered (receipt trk-" in story
         assert "was SIGKILLed after the call" in story
@@ -109,6 +116,10 @@ def test_demo_story_then_keep_until_ctrl_c(settings: Settings, tmp_path: Path) -
         except subprocess.TimeoutExpired:
             pytest.fail(f"the demo did not stop within 90 s of Ctrl-C; it printed:\n{''.join(printed[-60:])}")
         assert code == 0, "".join(printed[-60:])
+        time.sleep(0.5)  # the reader thread takes the last lines from the pipe
+        # Nothing raw from librdkafka, before or after the shutdown, and the last line is true.
+        assert not [line for line in printed if "%3|" in line or "%4|" in line], "".join(printed[-60:])
+        assert printed[-1].startswith("The demo has stopped"), printed[-5:]
     finally:
         if proc.poll() is None:
             proc.kill()

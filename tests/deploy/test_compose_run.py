@@ -107,6 +107,7 @@ def run(
                     "S3_SECRET_ACCESS_KEY": s3_endpoint.secret_access_key,
                     "CONVDB_API__KEYS": f'{{"{key}": "acme"}}',
                     "TRACKER_RECEIPT_SECRET": secrets.token_hex(12),
+                    "API_SESSION_SECRET": secrets.token_hex(16),
                     "CONVDB_NAMESPACE": namespace,
                     "CONVDB_PARTITIONS": "4",
                     "CONVDB_ARCHIVE__MAX_AGE_S": "1",

@@ -173,7 +173,21 @@ def test_compose_ships_only_refused_sample_secrets(
         monkeypatch.setenv(name, value)
     settings = Settings(_env_file=None)  # type: ignore[call-arg]
     found = settings.sample_credentials()
-    assert len(found) == 4 and not settings.dev_mode, found
+    assert len(found) == 5 and "CONVDB_API__SESSION_SECRET" in found and not settings.dev_mode, found
+
+
+def test_the_production_overlay_builds_and_sets_what_production_needs(deploycheck: DeployCheck) -> None:
+    resources = deploycheck.k8s(K8S.parent / "k8s-production")
+    by_kind = {(r["kind"], r["metadata"]["name"]): r for r in resources}
+    config = by_kind[("ConfigMap", "convdb-config")]["data"]
+    assert unknown_settings(config) == []
+    assert config["CONVDB_REPLICATION_FACTOR"] == "3" and config["CONVDB_API__TRUSTED_PROXIES"] != "[]"
+    assert by_kind[("Deployment", "convdb-api")]["spec"]["replicas"] > 1
+    ingress = by_kind[("Ingress", "convdb-api")]["spec"]
+    assert ingress["tls"][0]["secretName"] == "convdb-tls"
+    # More than one API replica: the session secret is among the keys the Secret example holds.
+    example = (K8S / "secrets.env.example").read_text()
+    assert "CONVDB_API__SESSION_SECRET=" in example
 
 
 def test_kubernetes_deployments_are_operable(deploycheck: DeployCheck) -> None:

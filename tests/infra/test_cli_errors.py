@@ -31,6 +31,7 @@ BAD_INPUT = [
     ({}, ["run", "--tenant", "a\x01b", "task"], "control"),
     ({}, ["run", "--conversation", "a/b", "task"], "'/'"),
     ({}, ["export", "\x1b[31mred"], "control"),
+    ({}, ["export", "demo-0a1b2c", "--format", "openhands", "out"], "OpenHands conversation ids are UUIDs"),
     ({}, ["audit", "show", "c1", "--at", "9" * 30], "--at"),
     ({}, ["demo", "--conversations", "99999999"], "--conversations"),
     ({}, ["no-such-command"], "invalid choice"),

@@ -1,8 +1,9 @@
 """The OpenHands venv (real openhands-sdk/agent-server 1.58.2, offline), and a running convdb around it.
 
-The venv is built once by `../shared/openhands/setup.sh` (or `$CONVDB_TEST_OPENHANDS_DIR/setup.sh`)
-into the user's cache (outside the repository) and reused; `.ci/run` builds it up front. A missing
-setup script fails the run (these tests never skip to green).
+The venv is built once by `tests/openhands/venv/build.sh` (the pinned lock file and the 3.11
+import shim beside it; `$CONVDB_TEST_OPENHANDS_DIR/build.sh` overrides) into the user's cache and
+reused; `.ci/run` builds it up front. A missing build script fails the run (these tests never
+skip to green).
 """
 
 from __future__ import annotations
@@ -32,10 +33,8 @@ from tests.conftest import wait_until
 from tests.fleet._support import RunnerProc, fleet_settings
 
 HERE = Path(__file__).resolve().parent
-SHARED = Path(
-    os.environ.get("CONVDB_TEST_OPENHANDS_DIR") or HERE.parent.parent.parent / "shared" / "openhands"
-)
-"""The shared OpenHands packages (setup.sh, lock file, shim); `CONVDB_TEST_OPENHANDS_DIR` overrides."""
+BUILD = Path(os.environ.get("CONVDB_TEST_OPENHANDS_DIR") or HERE / "venv")
+"""The venv's build script, lock file and shim; `CONVDB_TEST_OPENHANDS_DIR` overrides."""
 KEY, TENANT = "oh-key", "tenant-oh"
 
 
@@ -46,15 +45,13 @@ def venv_dir() -> Path:
 
 
 def build_venv(venv: Path) -> Path:
-    """The venv's python, built by the shared setup script when missing (one builder at a time)."""
+    """The venv's python, built by `venv/build.sh` when missing (one builder at a time)."""
     ready = venv / ".convdb-ready"
     if ready.exists():
         return venv / "bin" / "python"
-    setup = SHARED / "setup.sh"
+    setup = BUILD / "build.sh"
     if not setup.is_file():
-        pytest.fail(
-            f"{setup} is missing: the OpenHands tests need ../shared/openhands next to the repository"
-        )
+        pytest.fail(f"{setup} is missing: the OpenHands tests build their venv with it")
     venv.parent.mkdir(parents=True, exist_ok=True)
     with (venv.parent / "openhands-venv.lock").open("w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)

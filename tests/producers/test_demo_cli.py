@@ -52,7 +52,7 @@ def test_run_prints_the_events_and_bad_input_exits_2(settings: Settings, tmp_pat
 @pytest.mark.slow
 def test_demo_on_the_embedded_default(tmp_path: Path) -> None:
     env = {**_base_env(), "CONVDB_DATA_DIR": str(tmp_path / "data")}
-    done = convdb(["demo", "--json"], env, tmp_path, timeout=180)
+    done = convdb(["demo", "--json", "--broker", "embedded"], env, tmp_path, timeout=180)
     assert done.returncode == 0, done.stderr[-3000:]
     summary = json.loads(done.stdout)
     assert summary["statuses"] == {"finished": 3}

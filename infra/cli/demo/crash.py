@@ -17,6 +17,7 @@ from typing import Any
 import httpx
 
 from convdb.infra.cli.demo import queue_item
+from convdb.infra.cli.demo.progress import Progress
 from convdb.infra.cli.demo.read import runner_env
 from convdb.infra.cli.demo.story import CrashStory, read_story, tell
 from convdb.infra.errors import InfraError
@@ -140,14 +141,12 @@ class CrashAct:
             proc.wait()
 
 
-def announce(console_url: str, as_json: bool) -> None:
-    """Tell a new user where to watch, before anything runs (nothing with `--json`)."""
-    if not as_json:
-        print(
-            f"convdb demo: agent conversations on Kafka, read back through the query API.\n"
-            f"Console: {console_url}/  (API key demo-key): open it now to watch them live.",
-            flush=True,
-        )
+def announce(console_url: str, progress: Progress) -> None:
+    """Tell a new user where to watch, before the conversations run (nothing with `--json`)."""
+    progress.line(
+        f"Console: {console_url}/  (API key demo-key): open it now to watch the conversations live; "
+        "it runs as long as the demo does"
+    )
 
 
 def finish(
@@ -160,16 +159,23 @@ def finish(
     keep: bool,
     as_json: bool,
     summarize: Callable[[], dict[str, Any]],
+    progress: Progress | None = None,
 ) -> None:
     """Play the crash act, then print the summary (`--json`) or the story; with `keep`, wait for Ctrl-C."""
     from rich.console import Console
 
+    progress = progress or Progress(enabled=False)
     workspace = run_dir / "crash-workspace"
     workspace.mkdir(parents=True, exist_ok=True)
     act = CrashAct(settings, provider.url, workspace, run_dir)
     try:
         with httpx.Client(base_url=console_url, headers={"X-API-Key": DEMO_KEY}, timeout=30) as api:
-            crash = act.run(api, provider)
+            with progress.waiting("act 2: a runner is killed in the middle of a side effect"):
+                crash = act.run(api, provider)
+            progress.line(
+                f"act 2: runner A was killed after calling the tracker; runner B resumed "
+                f"{crash.conversation_id}: {crash.status}, {crash.provider_creations} issue created"
+            )
             parts.crash_resume = crash.as_json()
             summary = summarize()
             if as_json:

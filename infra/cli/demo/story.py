@@ -194,10 +194,10 @@ def tell(
         f"that the console uses; {archive}",
         highlight=False,
     )
-    out.print(f"\n[bold]Console:[/bold] {console_url}/  (sign in with the API key [bold]demo-key[/bold])")
     if keep:
-        out.print("The stack keeps running (broker, read side, runner, console). Press Ctrl-C to stop it.")
-    else:
+        # Only with --keep is the console still there once the story is told.
+        out.print(f"\n[bold]Console:[/bold] {console_url}/  (sign in with the API key [bold]demo-key[/bold])")
         out.print(
-            "Run [bold]convdb demo --keep[/bold] to keep all of this running and look around in the console."
+            "The stack keeps running (broker, read side, runner, console). Press Ctrl-C to stop it "
+            "(or `kill -INT` this process)."
         )
