@@ -1,6 +1,7 @@
 """Branches and forks through the inbox, carried out by the fleet runner that owns the conversation.
 
-A real stack (runner, read side, API as child processes) on each broker kind: a fork is a new
+A real stack (runner, read side, API as child processes) on each broker kind (the default run
+uses the embedded broker, `-m slow` Apache Kafka too, and the CLI's round trips): a fork is a new
 conversation whose agent reads the source's path up to the fork point and then goes on alone; a
 branch moves the active leaf back, so the next message starts a new branch, and the read side
 (view, stats, titles) and the export follow. Commands the log refuses are dead-lettered with the
@@ -84,6 +85,7 @@ def seq_of(events: list[dict[str, Any]], text: str) -> int:
     return next(e["seq"] for e in events if e["kind"] == "message" and e["content"] == text)
 
 
+@pytest.mark.slow_on("apache")  # broker-agnostic in its subject; about 45 s of CI per broker kind
 def test_fork_continues_from_the_source_and_branch_starts_a_new_branch(stack: Stack) -> None:
     src, fork = f"src-{uuid.uuid4().hex[:8]}", f"fork-{uuid.uuid4().hex[:8]}"
     stack.send(src, "demo", TASK)
@@ -184,8 +186,9 @@ def test_refused_commands_are_dead_lettered_with_the_reason(stack: Stack) -> Non
     }
     for cid, command, fields, _ in refused.values():
         send(s, cid, "", command=command, tenant="demo" if cid != other else "other", **fields)
-    # Another tenant forking src: refused as a tenant mismatch.
+    # Another tenant forking or branching src: refused as a tenant mismatch.
     send(s, taken, "", command="fork", tenant="other", at_seq=1, source_conversation_id=src)
+    send(s, src, "", command="branch", tenant="other", at_seq=1)
     keys = {src, other, absent, taken}
     letters = wait_until(
         lambda: found if len(found := dead_letters(s, keys)) >= len(refused) + 1 else None,
@@ -193,9 +196,9 @@ def test_refused_commands_are_dead_lettered_with_the_reason(stack: Stack) -> Non
         "every refused command in the DLQ",
         logs=stack.logs(),
     )
-    assert len(letters) == len(refused) + 1
+    assert len(letters) == len(refused) + 2
     classes = sorted(letter[ERROR_CLASS] for letter in letters)
-    assert classes == sorted(["HistoryCommandError"] * len(refused) + ["TenantMismatchError"])
+    assert classes == sorted(["HistoryCommandError"] * len(refused) + ["TenantMismatchError"] * 2)
     for _, _, _, words in refused.values():
         assert any(words in letter[ERROR_MESSAGE] for letter in letters), words
     # Nothing of them was written, and the runner goes on.
