@@ -24,6 +24,7 @@ from convdb.consumers.archive import export
 from convdb.infra.cli.main import main
 from convdb.infra.dlq import ERROR_CLASS, ERROR_MESSAGE
 from convdb.infra.kafka import apply_topics
+from convdb.infra.partitioner import partition_for
 from convdb.infra.reader import read_topic
 from convdb.infra.settings import Settings
 from convdb.schemas import ActiveLeafChangedEvent, ForkEvent, MessageEvent, make_codec
@@ -87,7 +88,15 @@ def seq_of(events: list[dict[str, Any]], text: str) -> int:
 
 @pytest.mark.slow_on("apache")  # broker-agnostic in its subject; about 45 s of CI per broker kind
 def test_fork_continues_from_the_source_and_branch_starts_a_new_branch(stack: Stack) -> None:
-    src, fork = f"src-{uuid.uuid4().hex[:8]}", f"fork-{uuid.uuid4().hex[:8]}"
+    src = f"src-{uuid.uuid4().hex[:8]}"
+    # A fork on another partition than its source: its runner reads the source from that
+    # partition's snapshots and tail (the same-partition case reads it in memory).
+    parts = stack.settings.partitions
+    fork = next(
+        f"fork-{i}-{src}"
+        for i in range(100)
+        if partition_for(f"fork-{i}-{src}", parts) != partition_for(src, parts)
+    )
     stack.send(src, "demo", TASK)
     stack.wait_status(src, "finished")
     first = wait_until(
