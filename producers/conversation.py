@@ -37,6 +37,7 @@ from convdb.producers.writer import Place, Services
 from convdb.projections.view import path_to_root
 from convdb.schemas import (
     ActionEvent,
+    ActiveLeafChangedEvent,
     AvroModel,
     Event,
     EventEnvelope,
@@ -325,16 +326,34 @@ class Conversation:
             metrics=services.metrics, agent_name=services.agent_name,
             prefix=(*self.loop.prefix, *path_to_root(self._state.view, source_event)),
         )  # fmt: skip
-        child.commit(
+        child.begin_fork(self.conversation_id, source_event, snapshot_ref=snapshot_ref)
+        return child
+
+    def begin_fork(
+        self, source_conversation_id: str, source_event_id: str, *, snapshot_ref: str | None = None
+    ) -> None:
+        """Record that this (new) conversation continues after `source_event_id` of another one.
+
+        Its agent reads the source's path up to that event first (the `prefix` it was built
+        with); the workspace is shared unless `snapshot_ref` names a workspace snapshot.
+        """
+        self.commit(
             lambda: [
-                child.new(
-                    ForkEvent, source="user", parent_id=source_event,
-                    source_conversation_id=self.conversation_id, source_event_id=source_event,
+                self.new(
+                    ForkEvent, source="user", parent_id=source_event_id,
+                    source_conversation_id=source_conversation_id, source_event_id=source_event_id,
                     workspace_shared=snapshot_ref is None, snapshot_ref=snapshot_ref,
                 )
             ]
         )  # fmt: skip
-        return child
+
+    def switch_leaf(self, leaf_id: str) -> None:
+        """Make `leaf_id` (an earlier event of this conversation) the active leaf: the agent reads
+        the branch ending there, and the next event starts a new branch from it."""
+        with self._lock:
+            self.commit(lambda: [self.new(ActiveLeafChangedEvent, source="user", leaf_event_id=leaf_id)])
+            # A branch switch is no node of the tree: the next event is placed after its target.
+            self._leaf = leaf_id
 
     # -- reading ------------------------------------------------------------------------------
     def view(self) -> tuple[Event, ...]:

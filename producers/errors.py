@@ -45,6 +45,11 @@ class MisplacedRecordError(RecordRefusedError):
     key maps to (its conversation's runner is elsewhere: taking it would make a second writer)."""
 
 
+class HistoryCommandError(RecordRefusedError):
+    """A branch or fork command that cannot be carried out: no event at its seq (or a branch switch
+    there), a fork target that already exists, a source that does not, or an operation still open."""
+
+
 class RecordTooLargeError(RecordRefusedError):
     """What an inbox record makes (an event, a dead letter) is larger than the broker takes."""
 

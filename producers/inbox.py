@@ -12,7 +12,8 @@ import logging
 
 from convdb.producers.conversation import Conversation
 from convdb.producers.crashpoints import CrashPoints
-from convdb.schemas import InboxMessage
+from convdb.projections.view import node_at_seq
+from convdb.schemas import InboxMessage, MessageEvent
 from convdb.schemas._types import Resolution
 
 logger = logging.getLogger(__name__)
@@ -42,6 +43,35 @@ def apply_inbox(conv: Conversation, inbox: InboxMessage, crash: CrashPoints) -> 
                 conv.run()
         case "resolve":
             _resolve(conv, inbox)
+        case "branch":
+            _branch(conv, inbox)
+        case "fork":
+            _fork(conv, inbox)
+
+
+def _branch(conv: Conversation, inbox: InboxMessage) -> None:
+    """Switch the active leaf to the event at `at_seq` (checked by the runner before).
+
+    Branching at a user message answers it again on the new branch, as a takeover would (an
+    unanswered user message at the leaf is run); anywhere else the branch waits for a message.
+    """
+    if inbox.at_seq is None:
+        return
+    target = node_at_seq(conv.state.view, inbox.at_seq)
+    conv.switch_leaf(target.id)
+    if isinstance(target, MessageEvent) and target.role == "user":
+        conv.run()
+    else:
+        conv.snapshot()
+
+
+def _fork(conv: Conversation, inbox: InboxMessage) -> None:
+    """Write the new conversation's ForkEvent after the last event of its prefix (the source's
+    path up to `at_seq`, set when the runner created it); it waits for a message."""
+    if inbox.source_conversation_id is None or not conv.loop.prefix or conv.state.view.last_seq:
+        return
+    conv.begin_fork(inbox.source_conversation_id, conv.loop.prefix[-1].id)
+    conv.snapshot()
 
 
 def _resolve(conv: Conversation, inbox: InboxMessage) -> None:

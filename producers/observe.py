@@ -25,7 +25,7 @@ LEDGER_STATES = {
 }
 """Ledger record kind -> the operation state it records (`resolved`: a human or lookup decided)."""
 
-REFUSAL_REASONS = ("tenant", "invalid", "partition", "too_large", "failed", "log", "agent")
+REFUSAL_REASONS = ("tenant", "invalid", "partition", "too_large", "failed", "log", "agent", "history")
 """The `reason` label of `convdb_runner_refused_records`."""
 
 

@@ -179,6 +179,30 @@ def path_to_root(state: ViewState, leaf_id: str) -> tuple[Event, ...]:
     return tuple(_walk(state.events, leaf_id))
 
 
+def node_at_seq(state: ViewState, seq: int) -> Event:
+    """The tree node recorded at `seq`: where a branch may start or a fork begin after.
+
+    Raises:
+        UnknownEventError: no event has that seq (below 1, beyond the log, or not in this view,
+            e.g. off the active branch of a view restored from a snapshot), or the event there is
+            a branch switch, which is no node of the tree.
+    """
+    cid, last = state.conversation_id, state.last_seq
+    if seq < 1 or seq > last:
+        raise UnknownEventError(f"conversation {cid} has events #1 to #{last}: there is no event #{seq}")
+    found = next((e for e in reversed(state.log) if e.seq == seq), None)
+    if found is None:
+        raise UnknownEventError(
+            f"conversation {cid}: event #{seq} is not in this view (off its active branch before the "
+            "last snapshot); branch from an event of the active branch"
+        )
+    if isinstance(found, ActiveLeafChangedEvent):
+        raise UnknownEventError(
+            f"conversation {cid}: event #{seq} is a branch switch, not an event a branch can start from"
+        )
+    return found
+
+
 def view_as_of(
     events: Iterable[Event | tuple[int, Event]],
     *,

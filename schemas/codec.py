@@ -12,6 +12,7 @@ from io import BytesIO
 from typing import Any, Protocol, TypeVar, overload
 
 from fastavro import schemaless_reader, schemaless_writer
+from fastavro.read import SchemaResolutionError
 from pydantic import ValidationError
 
 from convdb.schemas._trusted import Build, trusted_builder
@@ -31,6 +32,7 @@ from convdb.schemas.errors import (
     TruncatedRecordError,
     UnexpectedRecordError,
     UnknownFingerprintError,
+    UnreadableVersionError,
 )
 from convdb.schemas.validation import record_problem
 
@@ -98,6 +100,8 @@ def _read_payload(
         raise TruncatedRecordError(
             f"{what}: payload ends early ({len(data) - offset} bytes after the header)"
         ) from exc
+    except SchemaResolutionError as exc:
+        raise UnreadableVersionError(f"{what}: this reader's schema cannot hold it: {exc}") from exc
     except (ValueError, TypeError, IndexError, KeyError, UnicodeDecodeError, OverflowError) as exc:
         raise CorruptRecordError(f"{what}: payload does not decode: {exc}") from exc
     if buf.tell() != len(data):

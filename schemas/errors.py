@@ -27,6 +27,11 @@ class CorruptRecordError(SchemaError):
     """The payload does not decode under its writer's schema (bad bytes, or bytes left over)."""
 
 
+class UnreadableVersionError(SchemaError):
+    """The record holds a value this reader's schema version cannot represent (an enum symbol added
+    in a later version): a reader that predates it refuses the record rather than misread it."""
+
+
 class InvalidRecordError(SchemaError):
     """The record does not satisfy its schema or model (wrong field, type or value)."""
 

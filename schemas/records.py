@@ -116,6 +116,16 @@ class InboxMessage(AvroModel):
         description="Agent to run the conversation (its first message chooses; later ones must name the "
         "same or none); null: the runner's default agent.",
     )
+    at_seq: int | None = Field(
+        None,
+        description="Event (by seq) a 'branch' makes the active leaf, or of the source conversation a "
+        "'fork' starts after.",
+    )
+    source_conversation_id: str | None = Field(
+        None,
+        description="Conversation a 'fork' copies the path of (up to at_seq); the record is keyed by the "
+        "new conversation, whose runner writes its ForkEvent.",
+    )
 
 
 class ExternalBatch(AvroModel):

@@ -38,6 +38,7 @@ ROUTERS: tuple[str, ...] = (
     "convdb.consumers.api.conversations",
     "convdb.consumers.api.events",
     "convdb.consumers.api.messages",
+    "convdb.consumers.api.history",
     "convdb.consumers.api.receipts",
     "convdb.consumers.api.operations",
     "convdb.consumers.api.observe",

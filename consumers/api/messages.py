@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import uuid
 from datetime import UTC, datetime
+from typing import Any
 
 from fastapi import APIRouter, HTTPException
 from fastapi.concurrency import run_in_threadpool
@@ -119,12 +120,15 @@ async def send_to_inbox(
     sender: str,
     *,
     must_exist: bool = False,
+    must_be_new: bool = False,
     fresh: bool = False,
     agent: str | None = None,
+    **fields: Any,
 ) -> Accepted:
     """Publish an `InboxMessage` (durable before return); HTTPException 404 if not the tenant's.
 
-    `fresh`: the id was just drawn at random (a UUID), so nobody can own it yet.
+    `fresh`: the id was just drawn at random (a UUID), so nobody can own it yet. `must_be_new`:
+    409 when anyone holds the id already (a fork's target). `fields`: more `InboxMessage` fields.
 
     Raises:
         PublishError: not acknowledged in time (the app answers 503).
@@ -135,6 +139,8 @@ async def send_to_inbox(
             owner, claim = await ctx.on_writer(ctx.ownership.owner, conversation_id)
         except OwnershipUnknownError as exc:
             raise HTTPException(503, f"cannot tell who owns {conversation_id!r} now: {exc}") from exc
+    if must_be_new and owner is not None:
+        raise HTTPException(409, f"conversation {conversation_id!r} already exists")
     # "Not yours" and "does not exist" are the same answer, so neither can be probed.
     if (owner is not None and owner != tenant_id) or (owner is None and must_exist):
         raise HTTPException(404, f"no conversation {conversation_id!r}")
@@ -150,6 +156,7 @@ async def send_to_inbox(
             content=content,
             sender=sender,
             agent=agent,
+            **fields,
         ),
     )
     (delivery,) = await ctx.publish_async([(INBOX, message)])
@@ -158,6 +165,8 @@ async def send_to_inbox(
         won = await ctx.on_writer(
             ctx.ownership.confirm_claim, claim, conversation_id, tenant_id, delivery.offset
         )
+        if not won and must_be_new:
+            raise HTTPException(409, f"conversation {conversation_id!r} already exists")
         if not won:
             raise HTTPException(404, f"no conversation {conversation_id!r}")
     return Accepted(

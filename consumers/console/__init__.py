@@ -8,11 +8,12 @@ API's own query functions.
 
 from fastapi import APIRouter
 
-from convdb.consumers.console import actions, live, pages
+from convdb.consumers.console import actions, history, live, pages
 
 router = APIRouter(include_in_schema=False)
 router.include_router(pages.router)
 router.include_router(actions.router)
+router.include_router(history.router)
 router.include_router(live.router)
 
 __all__ = ["router"]

@@ -96,7 +96,9 @@ def branch_tree(
     branches = []
     paths: list[tuple[Branch, Sequence[Any]]] = []
     for node in nodes:
-        if node.id in parents:
+        # The active leaf is a leaf even with children: a branch switched back to it (the next
+        # event starts a new branch there).
+        if node.id in parents and node.id != state.active_leaf:
             continue
         path = view.path_to_root(state, node.id)
         shared = 0

@@ -30,6 +30,7 @@ from convdb.consumers.index import search
 from convdb.consumers.views.queries import branch_head
 from convdb.projections.errors import QueryError
 from convdb.projections.index import SearchQuery, Snippet
+from convdb.schemas.validation import conversation_id_problem
 
 router = APIRouter(include_in_schema=False)
 
@@ -39,6 +40,10 @@ NOTICES = {
     "sent": "Message sent: it is durable in the conversation's inbox and the runner will pick it up.",
     "pause": "Pause requested: the runner pauses the conversation after the current step.",
     "resume": "Resume requested.",
+    "forked": "Fork requested: the new conversation's runner writes it; it is listed under “Forked into” "
+    "once it is:",
+    "branched": "Branch requested: the runner moves the active branch back; the next message starts a new "
+    "branch.",
 }
 RESUMABLE = frozenset({"paused", "waiting_for_confirmation", "stuck"})
 PAUSABLE = frozenset({"running", "idle"})
@@ -93,6 +98,7 @@ def conversation_page(
     offset: Text = None,
     seq: Text = None,
     notice: Text = None,
+    fork: Text = None,
 ) -> Response:
     """Timeline, the three facts, stats and chart, the effect ledger: live, or every panel as of a
     time, an events offset or an event (`seq`)."""
@@ -137,6 +143,7 @@ def conversation_page(
         timeline=timeline,
         events=timeline.events,
         notice=NOTICES.get(notice or ""),
+        notice_fork=fork if notice == "forked" and fork and not conversation_id_problem(fork) else None,
         commands=_commands(page.summary["execution_status"]),
         branched=_branched(page.summary),
         markers=crash.place(crash.takeovers(page.operations), timeline.events),

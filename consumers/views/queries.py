@@ -81,6 +81,22 @@ def stored_events(connection: Connection, conversation_id: str, **bounds: int) -
     return (event_from_payload(p) for p in payloads)
 
 
+def event_at_seq(conn: Connection, conversation_id: str, seq: int) -> dict[str, Any] | None:
+    """The conversation's event at `seq` as a JSON object (None when the views have none there).
+
+    The last one folded there if several were (only a refused duplicate could be a second)."""
+    e = events.c
+    query = (
+        sa.select(stored_payload(events))
+        .where(e.conversation_id == conversation_id, e.seq == seq)
+        .order_by(e.position.desc())
+        .limit(1)
+    )
+    payload = conn.execute(query).scalar()
+    found: dict[str, Any] | None = None if payload is None else json.loads(payload_json(payload))
+    return found
+
+
 def owner(conn: Connection, conversation_id: str) -> str | None:
     """The tenant the views name as the conversation's owner; None when they do not know it."""
     query = sa.select(conversations.c.tenant_id).where(conversations.c.conversation_id == conversation_id)

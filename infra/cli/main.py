@@ -36,6 +36,7 @@ COMMAND_MODULES = (
     "convdb.infra.cli.replay",
     "convdb.infra.cli.audit",
     "convdb.infra.cli.export",
+    "convdb.infra.cli.fork",
     "convdb.infra.cli.openhands",
     "convdb.infra.cli.reconcile",
     "convdb.infra.cli.runner",

@@ -25,12 +25,14 @@ from convdb.infra.records import coordinates
 from convdb.producers.errors import (
     AgentLoadError,
     AgentMismatchError,
+    HistoryCommandError,
     MisplacedRecordError,
     RecordFailedError,
     RecordTooLargeError,
     UnknownAgentError,
 )
 from convdb.producers.fleet.batch import InboxBatch
+from convdb.producers.fleet.history import admit_command
 from convdb.producers.fleet.limits import fit_dead_letter, record_fault, too_large
 from convdb.producers.fleet.owner import FleetContext, PartitionOwner
 from convdb.producers.inbox import apply_inbox
@@ -42,6 +44,9 @@ from convdb.schemas.topics import DLQ, INBOX
 from convdb.schemas.validation import shown
 
 logger = logging.getLogger(__name__)
+
+HISTORY = frozenset({"branch", "fork"})
+"""Commands that change a conversation's history, checked by `history.admit_command` first."""
 
 
 class Intake:
@@ -199,7 +204,7 @@ class Intake:
         _, partition, offset = coordinates(msg)
         owner = self.owners[partition]
         try:
-            conv = owner.admit(record)
+            conv = admit_command(owner, record) if record.command in HISTORY else owner.admit(record)
         except ConvdbError as exc:
             owner.sink.attach_offset(offset + 1)
             owner.sink.dead_letter(*self._dead_letter(msg, exc))
@@ -246,6 +251,8 @@ def refusal_reason(exc: BaseException) -> str:
         return "partition"
     if isinstance(exc, RecordTooLargeError):
         return "too_large"
+    if isinstance(exc, HistoryCommandError):
+        return "history"
     if isinstance(exc, AgentLoadError | AgentMismatchError | UnknownAgentError):
         return "agent"
     return "failed" if isinstance(exc, RecordFailedError) else "invalid"

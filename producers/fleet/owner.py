@@ -165,6 +165,17 @@ class PartitionOwner:
             path = active_branch(source_view)
         return (*self._fork_prefix(source_view, restored, depth + 1), *path)
 
+    def read_source(self, cid: str) -> tuple[ViewState, tuple[Event, ...]] | None:
+        """A conversation to fork from, read (never written): its view and what its agent read
+        before it began (its own fork prefix); None when no runner's partition has it."""
+        conv = self.conversations.get(cid)
+        if conv is not None:
+            return conv.state.view, conv.loop.prefix
+        view = self._read_elsewhere(cid)
+        if view is None or view.last_seq == 0:
+            return None
+        return view, self._fork_prefix(view, {})
+
     def _read_elsewhere(self, cid: str) -> ViewState | None:
         """The view of a conversation of another partition, read (never written) from its snapshot."""
         partition = partition_for(cid, self.ctx.settings.partitions)

@@ -20,9 +20,12 @@ import httpx
 import pytest
 from playwright.sync_api import expect
 
+from convdb.consumers.archive import export
 from convdb.infra.cli.demo.parts import task
 from convdb.infra.kafka import apply_topics
 from convdb.infra.settings import Settings
+from convdb.schemas import ActiveLeafChangedEvent, ForkEvent, make_codec
+from tests.conftest import wait_until
 from tests.console.conftest import HOSTILE
 from tests.console.stack import Stack
 
@@ -365,3 +368,66 @@ def test_another_tenant_sees_none_of_it(browser: Any, stack: Stack) -> None:
     cookie = next(c for c in context.cookies() if c["name"] == "convdb_session")
     assert cookie["httpOnly"] and cookie["sameSite"] == "Lax" and "other-key" not in json.dumps(cookie)
     context.close()
+
+
+def test_fork_and_branch_from_the_timeline(session: Any, stack: Stack, artifacts: Path) -> None:
+    """On the hostile conversation, so every new field (the fork page, the tree's leaf labels, the
+    notice's link) shows its text inert. The fork shows in the API and the export, the branch in the
+    tree, the API's view and the export."""
+    page = session.new_page()
+    page.goto("/console/conversations/hostile-1")
+    view = stack.api("/conversations/hostile-1/view")["events"]
+    answer = [e for e in view if e["kind"] == "message"][-1]
+    page.locator(f"#seq-{answer['seq']} a.fork-link").click()
+    page.wait_for_url(f"**/console/conversations/hostile-1/fork?seq={answer['seq']}")
+    assert page.locator("li.kind-message .text").text_content().startswith("Noted: <script>")
+    shot(page, artifacts, "10-fork-or-branch")
+    page.get_by_label("New conversation id").fill("hostile-fork")
+    page.locator("#fork-button").click()
+    page.wait_for_url("**/console/conversations/hostile-1?notice=forked&fork=hostile-fork")
+    assert page.locator(".notice a", has_text="hostile-fork").count() == 1
+
+    def forked() -> list[Any]:
+        try:
+            return stack.api("/conversations/hostile-fork/view")["events"]  # type: ignore[no-any-return]
+        except httpx.HTTPStatusError:
+            return []
+
+    (fork_event,) = wait_until(forked, 60, "the fork in the API", logs=stack.logs())
+    assert (fork_event["kind"], fork_event["source_event_id"]) == ("fork", answer["id"])
+    page.goto("/console/conversations/hostile-1")
+    page.locator("p.small", has_text="Forked into").locator("a", has_text="hostile-fork").wait_for()
+    codec = make_codec(None)
+    assert isinstance(export.from_kafka(stack.settings, "hostile-fork", codec).events[0], ForkEvent)
+
+    # Branch at the user message: the agent answers it again on a new branch.
+    question = next(e for e in view if e["kind"] == "message" and e["role"] == "user")
+    page.goto(f"/console/conversations/hostile-1/fork?seq={question['seq']}")
+    page.locator("#branch-button").click()
+    page.wait_for_url("**/console/conversations/hostile-1?notice=branched")
+    before = {e["id"] for e in view}
+
+    def answered_again() -> bool:
+        said = [e for e in stack.api("/conversations/hostile-1/view")["events"] if e["kind"] == "message"]
+        return bool(said[-1]["role"] == "assistant" and said[-1]["id"] not in before)
+
+    wait_until(
+        answered_again,
+        WAIT_MS / 1000,
+        "the new branch answered",
+        logs=stack.logs(),
+    )
+    page.goto("/console/conversations/hostile-1")
+    page.get_by_role("link", name="Branches of this conversation").click()
+    page.wait_for_url("**/console/conversations/hostile-1/branches")
+    leaves = page.locator(".tree a.leaf")
+    assert leaves.count() == 2 and page.locator(".tree a.leaf.active").count() == 1
+    labels = leaves.all_inner_texts()
+    assert all(text.startswith("assistant: Noted: <script>") for text in labels), labels
+    assert page.evaluate("typeof window.__xss") == "undefined" and page.locator("main img").count() == 0
+    shot(page, artifacts, "11-branch-tree")
+    log = export.from_kafka(stack.settings, "hostile-1", codec).events
+    (switch,) = [e for e in log if isinstance(e, ActiveLeafChangedEvent)]
+    assert switch.leaf_event_id == question["id"]
+    page.close()
+    assert session.errors == [], session.errors

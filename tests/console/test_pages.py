@@ -14,6 +14,7 @@ import pytest
 
 from convdb.consumers.console.live import sse
 from convdb.infra.procs import free_port, spawn, stop_group, wait_for_port
+from convdb.infra.reader import read_topic as read_log
 from convdb.schemas import EffectResolved, InboxMessage, SingleObjectCodec
 from convdb.schemas.topics import EFFECTS, INBOX
 from tests.console.conftest import SECRET_B, ConsoleWorld, csrf_of, sign_in
@@ -403,3 +404,50 @@ def test_failed_console_sign_ins_are_rate_limited(console_world: ConsoleWorld) -
         assert token
         fields = {"csrf": token.group(1), "api_key": "key-a"}
         assert client.post("/console/login", data=fields, follow_redirects=False).status_code == 303
+
+
+def test_the_fork_page_and_its_forms_refuse_bad_input(console_world: ConsoleWorld) -> None:
+    """The page behind each event's "fork / branch from here"; its forms go through the API's checks."""
+    a3 = console_world.of("a3")
+    with console_world.client() as client:
+        sign_in(client, "key-a")
+        page = client.get("/console/conversations/a3").text
+        assert 'href="/console/conversations/a3/fork?seq=3"' in page
+        shown = client.get("/console/conversations/a3/fork", params={"seq": 3})
+        assert shown.status_code == 200 and event_ids(shown.text) == [a3[2].id]
+        assert 'id="fork-button"' in shown.text and 'id="branch-button"' in shown.text
+        switch = client.get("/console/conversations/a3/fork", params={"seq": 7}).text
+        assert "is a branch switch" in switch and 'id="fork-button"' not in switch
+        for seq, status in (("x", 400), ("0", 400), ("99", 400)):
+            assert client.get("/console/conversations/a3/fork", params={"seq": seq}).status_code == status
+        assert client.get("/console/conversations/b1/fork", params={"seq": 1}).status_code == 404
+        token = csrf_of(page)
+        cases = [
+            ("a3/branch", {"at_seq": "3"}, 403, "form token"),  # no CSRF token
+            ("a3/branch", {"csrf": token, "at_seq": "9"}, 400, "no event #9"),
+            ("a3/branch", {"csrf": token, "at_seq": "7"}, 400, "is a branch switch"),
+            ("b1/branch", {"csrf": token, "at_seq": "1"}, 404, "no conversation"),
+            ("a3/fork", {"csrf": token, "at_seq": "2", "new_conversation_id": "a1"}, 409, "already exists"),
+            ("a3/fork", {"csrf": token, "at_seq": "2", "new_conversation_id": "a3"}, 409, "a new id"),
+            ("a3/fork", {"csrf": token, "at_seq": "2", "new_conversation_id": "x/y"}, 400, "id"),
+            ("a3/fork", {"csrf": token, "at_seq": "-1"}, 400, "whole number"),
+        ]
+        for path, data, status, words in cases:
+            answer = client.post(f"/console/conversations/{path}", data=data, follow_redirects=False)
+            assert answer.status_code == status and words in answer.text, (path, data, answer.text[-300:])
+        done = client.post(
+            "/console/conversations/a3/fork",
+            data={"csrf": token, "at_seq": "2", "new_conversation_id": "a3-fork"},
+            follow_redirects=False,
+        )
+        assert done.status_code == 303
+        assert done.headers["location"] == "/console/conversations/a3?notice=forked&fork=a3-fork"
+        assert 'href="/console/conversations/a3-fork"' in client.get(done.headers["location"]).text
+        moved = client.post(
+            "/console/conversations/a3/branch", data={"csrf": token, "at_seq": "3"}, follow_redirects=False
+        )
+        assert moved.status_code == 303 and moved.headers["location"].endswith("?notice=branched")
+    settings = console_world.settings
+    found = [CODEC.decode(m.value()) for m in read_log(settings, INBOX.name(settings.namespace))]
+    commands = {(r.conversation_id, r.command, r.at_seq, r.source_conversation_id) for r in found}
+    assert {("a3-fork", "fork", 2, "a3"), ("a3", "branch", 3, None)} <= commands

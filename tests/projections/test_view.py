@@ -206,6 +206,23 @@ def test_branch_switch_and_back() -> None:
     assert ids(view.active_branch(state)) == ["e1", "e2", "e3", "e6"]
 
 
+def test_node_at_seq_is_where_a_branch_or_fork_may_start() -> None:
+    """The runner's, the CLI's and (by the same rule) the API's check of a branch or fork's seq."""
+    state = view.fold_all(view.initial("c"), [msg(1, None), msg(2, "e1"), msg(3, "e2"), switch(4, "e2")])
+    assert view.node_at_seq(state, 2).id == "e2" and view.node_at_seq(state, 3).id == "e3"
+    for seq, words in [
+        (0, "no event #0"),
+        (5, "events #1 to #4: there is no event #5"),
+        (4, "branch switch"),
+    ]:
+        with pytest.raises(UnknownEventError, match=words):
+            view.node_at_seq(state, seq)
+    # A view restored from a snapshot lacks the events off its stored path: refused with the reason.
+    partial = state._replace(log=state.log.delete(2), events=state.events.delete("e3"))
+    with pytest.raises(UnknownEventError, match="#3 is not in this view"):
+        view.node_at_seq(partial, 3)
+
+
 def test_errors_name_the_coordinates() -> None:
     state = view.fold(view.initial("c"), msg(1, None))
     with pytest.raises(SequenceGapError, match="conversation c: seq 3 after 1"):

@@ -10,7 +10,7 @@ from fastavro import schemaless_writer  # crafts old-writer bytes; the codec sta
 
 from convdb.schemas import InboxMessage, LLMUsageEvent, SingleObjectCodec, SystemPromptEvent
 from convdb.schemas.catalog import MODELS, SchemaVersion, shipped_catalog
-from convdb.schemas.errors import InvalidRecordError
+from convdb.schemas.errors import InvalidRecordError, UnreadableVersionError
 from tests.schemas.records import sample_record
 
 CATALOG = shipped_catalog()
@@ -33,6 +33,16 @@ def written_by(version: SchemaVersion, values: dict[str, Any]) -> bytes:
 
 def field_names(version: SchemaVersion) -> list[str]:
     return [f["name"] for f in version.schema["fields"]]
+
+
+GROWN_ENUMS = {"InboxMessage": {"command": "message"}}
+"""Enum fields that gained symbols in a later version, and a symbol every version knows: a record
+with a new symbol does not read on an old reader (`test_an_old_reader_refuses_a_new_command`)."""
+
+
+def shared_symbols(record: Any) -> Any:
+    """`record` with each grown enum set to a symbol every shipped version has."""
+    return record.model_copy(update=GROWN_ENUMS.get(type(record).__name__, {}))
 
 
 def test_llm_usage_v2_adds_cached_tokens_v3_adds_extension() -> None:
@@ -80,7 +90,7 @@ def test_restricted_refuses_a_version_that_was_never_shipped() -> None:
 )
 def test_every_shipped_version_reads_every_other(writer: SchemaVersion, reader: SchemaVersion) -> None:
     model = MODELS[writer.name]
-    record = sample_record(model)
+    record = shared_symbols(sample_record(model))
     data = written_by(writer, record.__dict__)
     codec = SingleObjectCodec(CATALOG.restricted(reader.name, reader.version))
     decoded = codec.decode(data, expect=(model,))
@@ -98,8 +108,10 @@ def test_the_agent_fields_read_both_ways(model: type[Any], old: int, added: set[
     """A conversation or inbox message from before agents were named reads with no agent; one that
     names its agent reads on an old reader without it (everything else unchanged)."""
     older = next(v for v in CATALOG.versions if v.name == model.__name__ and v.version == old)
-    assert field_names(CATALOG.latest[model.__name__]) == [*field_names(older), *sorted(added)]
-    record = sample_record(model)
+    newer = next(v for v in CATALOG.versions if v.name == model.__name__ and v.version == old + 1)
+    assert field_names(newer) == [*field_names(older), *sorted(added)]
+    later = set(field_names(CATALOG.latest[model.__name__])) - set(field_names(newer))
+    record = shared_symbols(sample_record(model)).model_copy(update=dict.fromkeys(later))
     decoded = SingleObjectCodec().decode(written_by(older, record.__dict__), expect=(model,))
     assert decoded == record.model_copy(update=dict.fromkeys(added))
     named = record.model_copy(update={name: "shop" for name in added})
@@ -107,3 +119,23 @@ def test_the_agent_fields_read_both_ways(model: type[Any], old: int, added: set[
         SingleObjectCodec().encode(named)
     )
     assert by_old.model_dump(exclude=added) == named.model_dump(exclude=added)
+
+
+def test_inbox_v3_adds_the_branch_and_fork_commands() -> None:
+    """v3 adds two command symbols and their two optional fields; v2 records read with both null."""
+    v2, v3 = (v for n in (2, 3) for v in CATALOG.versions if v.name == "InboxMessage" and v.version == n)
+    assert field_names(v3) == [*field_names(v2), "at_seq", "source_conversation_id"]
+    record = shared_symbols(sample_record(InboxMessage))
+    decoded = SingleObjectCodec().decode(written_by(v2, record.__dict__), expect=(InboxMessage,))
+    assert decoded == record.model_copy(update={"at_seq": None, "source_conversation_id": None})
+
+
+def test_an_old_reader_refuses_a_new_command() -> None:
+    """A fork read by a runner that predates it is a named schema error (it goes to the DLQ), never
+    a message or a pause read wrongly."""
+    fork = sample_record(InboxMessage).model_copy(
+        update={"command": "fork", "at_seq": 3, "source_conversation_id": "source"}
+    )
+    old_reader = SingleObjectCodec(CATALOG.restricted("InboxMessage", 2))
+    with pytest.raises(UnreadableVersionError, match="fork not found"):
+        old_reader.decode(SingleObjectCodec().encode(fork))
