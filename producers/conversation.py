@@ -205,6 +205,10 @@ class Conversation:
             self.book.committed(records, deliveries)
             self.services.metrics.committed(records)
 
+    def end_reports(self, status: str, reason: str, seq: int) -> list[AvroModel]:
+        """A delegated child's report to its parent when it stops in an end status (else nothing)."""
+        return self.effects.delegations.end_reports(status, reason, seq)
+
     def snapshot_if_due(self, records: Sequence[AvroModel] = ()) -> None:
         """Snapshot when `snapshot_every` events passed since the last one (unless `records` held one)."""
         with self._lock:

@@ -72,6 +72,7 @@ class RunLoop:
                         tools=tools,
                         agent=self.services.agent_name,
                         agent_version=agent.version,
+                        **self.effects.delegations.prompt_fields(),
                     )
                 ]
             )
@@ -79,6 +80,8 @@ class RunLoop:
     def run(self) -> ExecutionStatus:
         """Step until a stop status, then snapshot; returns the status it stopped in."""
         self.start()
+        if self.effects.delegations.waiting():
+            return self.writer.state.status  # a child's report continues the run
         set_status(self.writer, "running")
         limit = self.services.runtime.max_iterations
         for _ in range(limit):
@@ -95,7 +98,7 @@ class RunLoop:
 
     def stop_reason(self) -> tuple[ExecutionStatus, str] | None:
         """Why the loop must stop before the next step (pause, budget, stuck), or None."""
-        budget = self.services.runtime.max_budget_usd
+        budget = self.effects.delegations.budget()
         cost = self.writer.state.cost
         if self.pause_requested.is_set():
             return "paused", "pause requested"
@@ -142,6 +145,8 @@ class RunLoop:
         if Outcome.HUMAN in outcomes:
             set_status(self.writer, "waiting_for_human", "an operation's outcome is unknown")
             return False
+        if Outcome.WAITING in outcomes:
+            return False  # children were started: their reports continue the run
         if any(isinstance(e, MessageEvent) for e in events) and not actions:
             set_status(self.writer, "finished", "the agent answered")
             return False

@@ -123,8 +123,8 @@ class InboxMessage(AvroModel):
     )
     parent_operation_id: str | None = Field(
         None,
-        description="On a delegated child's first record: the parent's operation that started the child "
-        "(with the child's index, it fixes the child's conversation id); null otherwise.",
+        description="On a delegated child's first record: the operation in the parent's ledger that "
+        "started the child (it fixes the child's conversation id); null otherwise.",
     )
     delegation_depth: int | None = Field(
         None, description="On a delegated child's first record: its depth in the task tree (1 under a root)."
