@@ -20,7 +20,7 @@ from convdb.infra.kafka import apply_topics
 from convdb.infra.partitioner import partition_for
 from convdb.infra.reader import read_topic
 from convdb.infra.settings import Settings
-from convdb.producers.delegation import parent_operation_of
+from convdb.producers.delegation import children_ids, parent_operation_of
 from convdb.schemas import (
     ActionEvent,
     EffectConfirmed,
@@ -32,6 +32,8 @@ from convdb.schemas import (
     SystemPromptEvent,
 )
 from convdb.schemas.topics import DLQ, EFFECTS, EVENTS, INBOX
+from tests.conftest import wait_until
+from tests.fleet._support import RunnerProc, logs_of
 from tests.producers._support import by_conversation, direct, records, runner_cmd, send, start
 
 pytestmark = pytest.mark.kafka
@@ -90,7 +92,7 @@ def read_world(settings: Settings, parent: str) -> World:
     )
 
 
-def run_runners(settings: Settings, workspace: Path, count: int, idle_exit: float = 3.0, **env: str) -> None:
+def run_runners(settings: Settings, workspace: Path, count: int, idle_exit: float = 2.0, **env: str) -> None:
     """`count` runner processes at once, until each is idle for `idle_exit` seconds."""
     procs = [start(runner_cmd(workspace, idle_exit=idle_exit), settings, **env) for _ in range(count)]
     for proc in procs:
@@ -164,19 +166,37 @@ def test_a_fan_out_over_partitions_returns_every_childs_result_once(
 
 
 CRASH_POINTS = ("after_effect_proposed", "after_children_started", "after_child_report")
+"""After the parent proposed; after the children's first records; after a child's report was
+recorded, before the parent observed (a child that finished is not killed: its end and its report
+are one transaction)."""
+FAST_POINTS = {"embedded": "after_children_started", "apache": "after_child_report"}
+"""The default run splits the points between the brokers; `-m slow` runs every point on both."""
 
 
-@pytest.mark.brokers
-@pytest.mark.parametrize("point", CRASH_POINTS)
-def test_a_kill_at_each_delegation_crash_point_starts_no_child_twice_and_loses_no_result(
-    make_settings: Callable[..., Settings], tmp_path: Path, point: str
-) -> None:
+def crash_case(make_settings: Callable[..., Settings], workspace: Path, point: str) -> dict[str, int]:
+    """A fan-out of 3 whose runner is SIGKILLed at `point`; two runners then finish it."""
     settings = fresh(make_settings)
     parent = f"parent-{uuid.uuid4().hex[:8]}"
     send(settings, parent, fan_out_message(3), agent="delegator")
-    crash_runner(settings, tmp_path, point)
-    run_runners(settings, tmp_path, 2)
-    check_fan_out(read_world(settings, parent), 3)
+    crash_runner(settings, workspace, point)
+    run_runners(settings, workspace, 2)
+    return check_fan_out(read_world(settings, parent), 3)
+
+
+@pytest.mark.brokers
+def test_a_kill_at_a_delegation_crash_point_starts_no_child_twice_and_loses_no_result(
+    broker: Any, make_settings: Callable[..., Settings], tmp_path: Path
+) -> None:
+    crash_case(make_settings, tmp_path, FAST_POINTS[broker.name])
+
+
+@pytest.mark.slow
+@pytest.mark.brokers
+@pytest.mark.parametrize("point", CRASH_POINTS)
+def test_a_kill_at_every_delegation_crash_point_starts_no_child_twice_and_loses_no_result(
+    make_settings: Callable[..., Settings], tmp_path: Path, point: str
+) -> None:
+    crash_case(make_settings, tmp_path, point)
 
 
 def test_parent_operation_ids_parse() -> None:
@@ -184,4 +204,129 @@ def test_parent_operation_ids_parse() -> None:
     assert parent_operation_of("c/a") is None
 
 
-_ = (DLQ, read_topic)
+def observation_of(world: World, cid: str) -> ObservationEvent:
+    """The one observation of a conversation's delegation action."""
+    (action,) = [a for a in world.of(cid, ActionEvent) if a.tool_name in ("delegate", "task")]
+    (seen,) = [o for o in world.of(cid, ObservationEvent) if o.action_id == action.id]
+    return seen
+
+
+@pytest.mark.brokers
+@pytest.mark.slow_on("apache")
+def test_limits_and_refused_children_have_their_documented_outcome(
+    make_settings: Callable[..., Settings], tmp_path: Path
+) -> None:
+    """A child id taken by another tenant's conversation or by an unrelated one of the same tenant
+    (the parent's re-proposal cannot change them: they are derived), too many children, a child at
+    the depth limit delegating again (the only way back up a tree: ids are fresh, never an
+    ancestor's): each ends with its reason, and every parent finishes."""
+    settings = fresh(make_settings, delegation_max_children=3, delegation_max_depth=1)
+    collide, wide, deep = (f"{name}-{uuid.uuid4().hex[:8]}" for name in ("collide", "wide", "deep"))
+    send(settings, collide, fan_out_message(3), agent="delegator")
+    crash_runner(settings, tmp_path, "after_effect_proposed")  # its children's ids are now fixed
+    (action,) = [e for e in records(settings, EVENTS, collide) if isinstance(e, ActionEvent)]
+    ids = children_ids(action.operation_id, 3, settings.partitions)
+    send(settings, ids[0], "mine", tenant="someone-else")
+    send(settings, ids[1], "an unrelated conversation of the same tenant")
+    send(settings, wide, fan_out_message(4), agent="delegator")
+    nested = "!task " + json.dumps({"message": "grandchild"})
+    send(settings, deep, "!task " + json.dumps({"message": nested}), agent="delegator")
+    run_runners(settings, tmp_path, 1)
+    world = read_world(settings, collide)
+
+    outcome = json.loads(observation_of(world, collide).content)
+    statuses = {c["conversation_id"]: c for c in outcome["children"]}
+    assert statuses[ids[0]]["status"] == statuses[ids[1]]["status"] == "rejected"
+    assert "TenantMismatchError" in statuses[ids[0]]["summary"]
+    assert "already exists and is not the child" in statuses[ids[1]]["summary"]
+    assert statuses[ids[2]] == {
+        "conversation_id": ids[2],
+        "status": "finished",
+        "summary": "Noted: child task 2",
+    }
+    assert [m.content for m in world.of(ids[1], MessageEvent) if m.role == "user"] == [
+        "an unrelated conversation of the same tenant"
+    ]  # the existing conversation was not touched
+    letters = [m for m in read_topic(settings, DLQ.name(settings.namespace))]
+    assert sorted(m.key().decode() for m in letters) == sorted(ids[:2])
+
+    wide_obs = observation_of(world, wide)
+    assert wide_obs.is_error and "refused: 4 children asked, at most 3" in wide_obs.content
+    assert not [r for r in world.inbox if getattr(r, "parent_conversation_id", None) == wide]
+
+    (child,) = [c for c, evs in world.events.items() if any(
+        isinstance(e, SystemPromptEvent) and e.parent_conversation_id == deep for e in evs)]  # fmt: skip
+    refused = observation_of(world, child)
+    assert refused.is_error and "at depth 1 of its task tree and the limit is 1" in refused.content
+    assert json.loads(observation_of(world, deep).content)["children"][0]["status"] == "finished"
+    for cid in (collide, wide, deep, child):
+        assert world.status(cid) == "finished", cid
+
+
+@pytest.mark.brokers
+@pytest.mark.slow_on("apache")
+def test_a_child_that_does_not_end_leaves_the_parent_to_its_deadline_and_reports_late(
+    make_settings: Callable[..., Settings], tmp_path: Path
+) -> None:
+    """Children on a frozen runner's partitions do not end: at its deadline the parent observes what
+    it has (the others `timed_out`) and runs on; when the runner thaws, their late reports are
+    recorded on the parent's ledger and change nothing else (one observation)."""
+    settings = fresh(make_settings, kafka={"embedded_session_timeout_ms": 30000, "session_timeout_ms": 30000})
+    first = RunnerProc(settings, tmp_path, None, tmp_path / "a.log")
+    second: RunnerProc | None = None
+    try:
+        wait_until(
+            lambda: first.owned() == {0, 1, 2, 3}, 60, "the first runner's assignment", logs=first.logs
+        )
+        second = RunnerProc(settings, tmp_path, None, tmp_path / "b.log")
+        runners = [first, second]
+        wait_until(
+            lambda: (
+                second.owned()
+                and len(first.owned() | second.owned()) == 4
+                and not first.owned() & second.owned()
+            ),
+            60,
+            "two runners sharing the partitions",
+            logs=logs_of(runners),
+        )
+        second.signal(signal.SIGSTOP)
+        frozen = second.owned()
+        parent = next(
+            p for p in (f"parent-{uuid.uuid4().hex[:8]}" for _ in range(1000))
+            if partition_for(p, settings.partitions) in first.owned()
+        )  # fmt: skip
+        send(settings, parent, fan_out_message(3, deadline_s=2), agent="delegator")
+
+        def observed() -> World | None:
+            world = read_world(settings, parent)
+            return world if world.status(parent) == "finished" else None
+
+        world = wait_until(observed, 60, "the parent's observation at its deadline", logs=logs_of(runners))
+        outcome = world.observation()
+        late = {
+            c["conversation_id"]
+            for c in outcome["children"]
+            if partition_for(c["conversation_id"], 4) in frozen
+        }
+        assert late, "the children are spread over every partition: some are on the frozen runner's"
+        assert outcome["timed_out"] is True
+        for child in outcome["children"]:
+            expected = "timed_out" if child["conversation_id"] in late else "finished"
+            assert child["status"] == expected, outcome
+        second.signal(signal.SIGCONT)
+
+        def reported() -> World | None:
+            world = read_world(settings, parent)
+            done = [
+                r for r in world.effects if isinstance(r, EffectConfirmed) and "/child-" in r.operation_id
+            ]
+            return world if len(done) == 3 else None
+
+        world = wait_until(reported, 60, "the late children's reports", logs=logs_of(runners))
+        assert world.observation() == outcome  # one observation, unchanged
+        assert all(world.status(c) == "finished" for c in late)
+    finally:
+        first.stop()
+        if second is not None:
+            second.stop()
