@@ -1,0 +1,86 @@
+"""The task-tree routes over a store the real consumers filled: children, root, rolled-up totals."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+from fastapi.testclient import TestClient
+
+from convdb.consumers.api import create_app
+from convdb.infra.kafka import apply_topics
+from convdb.infra.settings import Settings
+from convdb.schemas import EventEnvelope, LLMUsageEvent, StateUpdateEvent, SystemPromptEvent
+from tests.api.conftest import KEYS, A, B, fill_store
+from tests.consumers.builders import T0
+
+pytestmark = pytest.mark.kafka
+
+
+def member(
+    cid: str, parent: str | None, depth: int, tokens: int, cost: float, status: str
+) -> list[EventEnvelope]:
+    """A conversation of tenant A: its system prompt (linked to `parent`), one LLM call, a status."""
+    common: dict[str, Any] = {
+        "conversation_id": cid,
+        "tenant_id": "tenant-a",
+        "source": "agent",
+        "timestamp": T0,
+    }
+    prompt = SystemPromptEvent(
+        **common, id=str(uuid.uuid4()), seq=1, content="p", parent_conversation_id=parent,
+        parent_operation_id=None if parent is None else f"{parent}/a/child-0", delegation_depth=depth,
+    )  # fmt: skip
+    usage = LLMUsageEvent(
+        **common, id=str(uuid.uuid4()), seq=2, parent_id=prompt.id, model="m", llm_response_id="r",
+        prompt_tokens=tokens, completion_tokens=0, latency_ms=1.0, cost=cost,
+    )  # fmt: skip
+    update = StateUpdateEvent(**{**common, "source": "environment"}, id=str(uuid.uuid4()), seq=3,
+                              parent_id=usage.id, execution_status=status)  # fmt: skip
+    return [prompt, usage, update]
+
+
+@pytest.fixture(scope="module")
+def client(
+    make_settings: Callable[..., Settings], tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[TestClient]:
+    """root -> (kid0 -> grandkid, kid1) for tenant A."""
+    tmp = tmp_path_factory.mktemp("tree")
+    settings = make_settings(store_url=f"sqlite:///{tmp / 'store.db'}", api={"keys": KEYS})
+    apply_topics(settings)
+    fill_store(
+        settings,
+        member("root", None, 0, 100, 0.5, "finished")
+        + member("kid0", "root", 1, 10, 0.25, "finished")
+        + member("kid1", "root", 1, 20, 0.125, "error")
+        + member("grandkid", "kid0", 2, 5, 0.0625, "finished"),
+    )
+    with TestClient(create_app(settings)) as c:
+        yield c
+
+
+def test_children_carry_their_state_and_their_subtrees_totals(client: TestClient) -> None:
+    got = client.get("/conversations/root/children", headers=A).json()
+    assert got["total"] == {"conversations": 4, "tokens": 135, "cost": 0.9375}
+    kids = {k["conversation_id"]: k for k in got["children"]}
+    assert sorted(kids) == ["kid0", "kid1"]
+    assert kids["kid0"]["execution_status"] == "finished" and kids["kid1"]["execution_status"] == "error"
+    assert kids["kid0"]["total"] == {"conversations": 2, "tokens": 15, "cost": 0.3125}
+    assert kids["kid0"]["children"] == 1 and kids["kid0"]["parent_operation_id"] == "root/a/child-0"
+    assert client.get("/conversations/grandkid/children", headers=A).json()["children"] == []
+
+
+def test_the_root_of_a_grandchild_is_found_with_its_path_and_the_whole_tree(client: TestClient) -> None:
+    got = client.get("/conversations/grandkid/root", headers=A).json()
+    assert got["root"] == "root" and got["path"] == ["root", "kid0", "grandkid"]
+    assert got["tree"]["total"]["conversations"] == 4
+    assert [c["conversation_id"] for c in got["tree"]["children"]] == ["kid0", "kid1"]
+    assert client.get("/conversations/root/root", headers=A).json()["path"] == ["root"]
+
+
+def test_another_tenants_tree_does_not_exist(client: TestClient) -> None:
+    for route in ("children", "root"):
+        response = client.get(f"/conversations/kid0/{route}", headers=B)
+        assert response.status_code == 404 and "no conversation" in response.json()["detail"]
