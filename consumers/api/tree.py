@@ -47,11 +47,12 @@ def load_tree(conn: Connection, tenant_id: str, conversation_id: str) -> tuple[d
         nodes.update(found)
         current = found[parent]
     root = tree.root_of(nodes, conversation_id)
-    level = [root]
+    level, expanded = [root], {root}
     for _ in range(tree.MAX_DEPTH):
         below = _nodes(conn, tenant_id, c.parent_conversation_id.in_(level))
-        level = [cid for cid in below if cid not in nodes]
         nodes.update(below)
+        level = [cid for cid in below if cid not in expanded]
+        expanded.update(level)
         if not level:
             break
     return nodes, root

@@ -14,6 +14,7 @@ from convdb.infra.kafka import apply_topics
 from convdb.infra.settings import Settings
 from convdb.schemas import EventEnvelope, LLMUsageEvent, StateUpdateEvent, SystemPromptEvent
 from tests.api.conftest import KEYS, A, B, fill_store
+from tests.console.conftest import sign_in
 from tests.consumers.builders import T0
 
 pytestmark = pytest.mark.kafka
@@ -84,3 +85,19 @@ def test_another_tenants_tree_does_not_exist(client: TestClient) -> None:
     for route in ("children", "root"):
         response = client.get(f"/conversations/kid0/{route}", headers=B)
         assert response.status_code == 404 and "no conversation" in response.json()["detail"]
+
+
+def test_the_console_links_parent_and_children_with_the_tree_totals(client: TestClient) -> None:
+    sign_in(client, "key-a")
+    page = client.get("/console/conversations/kid0").text
+    tree_html = page[page.index('id="task-tree"') :]
+    assert 'Delegated by <a href="/console/conversations/root">root</a>' in tree_html
+    assert '<a href="/console/conversations/grandkid">grandkid</a>' in tree_html
+    assert (
+        "This subtree: 2 conversations, 15 tokens" in tree_html
+        and "the whole tree: 4, 135 tokens" in tree_html
+    )
+    root = client.get("/console/conversations/root").text
+    assert root.count('class="task-children"') == 1 and "Delegated by" not in root
+    plain = client.get("/console/conversations/grandkid").text
+    assert 'Delegated by <a href="/console/conversations/kid0">kid0</a> (task tree of' in plain
