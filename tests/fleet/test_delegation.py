@@ -153,16 +153,36 @@ def check_fan_out(world: World, count: int) -> dict[str, int]:
     return {"children": count, "partitions": len(partitions), "reports": len(reports)}
 
 
+def fan_out_latency(world: World) -> dict[str, float]:
+    """Seconds from the parent's delegate action to the last child running, and from the last child's
+    end to the parent's observation (event timestamps: one machine's clock)."""
+    (action,) = [a for a in world.of(world.parent, ActionEvent) if a.tool_name == "delegate"]
+    (seen,) = [o for o in world.of(world.parent, ObservationEvent) if o.action_id == action.id]
+    running = [
+        next(u.timestamp for u in world.of(c, StateUpdateEvent) if u.execution_status == "running")
+        for c in world.children()
+    ]
+    ended = [world.of(c, StateUpdateEvent)[-1].timestamp for c in world.children()]
+    return {
+        "propose_to_all_running_s": (max(running) - action.timestamp).total_seconds(),
+        "last_end_to_observed_s": (seen.timestamp - max(ended)).total_seconds(),
+    }
+
+
 @pytest.mark.brokers
 def test_a_fan_out_over_partitions_returns_every_childs_result_once(
-    make_settings: Callable[..., Settings], tmp_path: Path
+    broker: Any, make_settings: Callable[..., Settings], tmp_path: Path
 ) -> None:
     settings = fresh(make_settings)
     parent = f"parent-{uuid.uuid4().hex[:8]}"
     send(settings, parent, fan_out_message(4), agent="delegator")
     run_runners(settings, tmp_path, 2)
-    figures = check_fan_out(read_world(settings, parent), 4)
+    world = read_world(settings, parent)
+    figures = check_fan_out(world, 4)
     assert figures["partitions"] == settings.partitions == 4  # spread: one child per partition
+    latency = fan_out_latency(world)
+    print(f"fan-out latency ({broker.name}, 4 children, 2 runners): {latency}")
+    assert 0 < latency["propose_to_all_running_s"] < 30 and 0 < latency["last_end_to_observed_s"] < 30
 
 
 CRASH_POINTS = ("after_effect_proposed", "after_children_started", "after_child_report")
