@@ -22,10 +22,11 @@ from convdb.producers import records as rec
 from convdb.producers._stats import RunStats
 from convdb.producers.agent import Agent
 from convdb.producers.crashpoints import NO_CRASH, CrashPoints
-from convdb.producers.effect_protocol import EffectProtocol, Outcome
+from convdb.producers.effect_protocol import EffectProtocol
 from convdb.producers.ledger import Ledger
 from convdb.producers.llm import LLMClient
 from convdb.producers.observe import NO_METRICS, RunnerMetrics
+from convdb.producers.outcome import Outcome
 from convdb.producers.positions import LogPositions, base_snapshot
 from convdb.producers.recovery import Recovery
 from convdb.producers.run_loop import RunLoop

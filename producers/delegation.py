@@ -54,6 +54,7 @@ from convdb.schemas import (
     MessageEvent,
     SystemPromptEvent,
 )
+from convdb.schemas._types import InboxCommand
 
 
 class Effects(Protocol):
@@ -463,6 +464,42 @@ class Delegations:
             return None
         outcome_now = self.check(action)
         return outcome_now if outcome_now is Outcome.DONE else None
+
+    def open_children(self) -> list[str]:
+        """The children this conversation started that have not reported yet (their ids)."""
+        return sorted(
+            state.target.removeprefix("conversation:")
+            for op, state in self.writer.state.ledger.items()
+            if state.status is OperationStatus.EXECUTING
+            and state.target is not None
+            and state.target.startswith("conversation:")
+            and parent_operation_of(op) is not None
+        )
+
+    def propagate(self, command: InboxCommand, inbox_id: str) -> int:
+        """Send `command` (pause, resume) on to every child still working, in one write (the
+        inbox record's offset commits with it: a redelivery after a crash sends it at most again,
+        under the same ids). Returns how many children it went to."""
+        children = self.open_children()
+        if not children:
+            return 0
+        parent = self.writer.conversation_id
+
+        def build() -> list[AvroModel]:
+            return [
+                InboxMessage(
+                    id=str(uuid.uuid5(_NAMESPACE, f"{inbox_id}#{child}")),
+                    conversation_id=child,
+                    tenant_id=self.writer.tenant_id,
+                    timestamp=datetime.now(UTC),
+                    command=command,
+                    sender=f"conversation:{parent}",
+                )  # fmt: skip
+                for child in children
+            ]
+
+        self.writer.commit(build)
+        return len(children)
 
     def recover(self, action: ActionEvent) -> Outcome:
         """The recovery step of a delegation action without observation (after a crash)."""

@@ -35,6 +35,8 @@ def apply_inbox(conv: Conversation, inbox: InboxMessage, crash: CrashPoints) -> 
                 conv.resume()
         case "pause":
             conv.request_pause()
+            # A parent waiting for children pauses them too (and they their own): the whole subtree.
+            conv.effects.delegations.propagate("pause", inbox.id)
             if conv.status != "running":
                 conv.snapshot()
         case "resume" if inbox.child_conversation_id is not None:
@@ -42,6 +44,10 @@ def apply_inbox(conv: Conversation, inbox: InboxMessage, crash: CrashPoints) -> 
             if conv.effects.delegations.receive(inbox) is not None:
                 conv.run()
         case "resume":
+            conv.loop.pause_requested.clear()  # a pause not taken yet (a parent waiting) is called off
+            conv.effects.delegations.propagate("resume", inbox.id)
+            if conv.status == "waiting_for_confirmation" and inbox.sender.startswith("conversation:"):
+                return  # a parent's resume never approves its child's actions: a user does
             if conv.status == "waiting_for_confirmation":
                 conv.confirm(True)
             elif conv.unobserved_actions():

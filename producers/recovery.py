@@ -10,7 +10,8 @@ from __future__ import annotations
 import logging
 
 from convdb.producers import records as rec
-from convdb.producers.effect_protocol import EffectProtocol, Outcome
+from convdb.producers.effect_protocol import EffectProtocol
+from convdb.producers.outcome import Outcome
 from convdb.producers.state import unobserved_actions
 from convdb.producers.status import set_status
 from convdb.producers.tools.base import ToolResult

@@ -9,7 +9,8 @@ from collections.abc import Collection, Sequence
 
 from convdb.infra import tracing
 from convdb.producers._stats import RunStats
-from convdb.producers.effect_protocol import EffectProtocol, Outcome
+from convdb.producers.effect_protocol import EffectProtocol
+from convdb.producers.outcome import Outcome
 from convdb.producers.status import set_status
 from convdb.producers.writer import ConversationWriter, Services
 from convdb.projections.view import active_branch

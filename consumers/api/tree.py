@@ -23,7 +23,7 @@ router = APIRouter(tags=["conversations"], responses=AUTHENTICATED)
 
 def _nodes(conn: Connection, tenant_id: str, where: Any) -> dict[str, tree.Node]:
     rows = conn.execute(sa.select(stats_table).where(stats_table.c.tenant_id == tenant_id, where))
-    return {row.conversation_id: tree.node_of(from_row(row._mapping)) for row in rows}
+    return {row.conversation_id: tree.node_of(from_row(dict(row._mapping))) for row in rows}
 
 
 def load_tree(conn: Connection, tenant_id: str, conversation_id: str) -> tuple[dict[str, tree.Node], str]:

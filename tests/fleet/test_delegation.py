@@ -249,6 +249,9 @@ def test_limits_and_refused_children_have_their_documented_outcome(
     send(settings, ids[0], "mine", tenant="someone-else")
     send(settings, ids[1], "an unrelated conversation of the same tenant")
     send(settings, wide, fan_out_message(4), agent="delegator")
+    frugal = f"frugal-{uuid.uuid4().hex[:8]}"
+    steps = '!read_file {"path": "a.txt"}\n!read_file {"path": "b.txt"}'
+    send(settings, frugal, "!task " + json.dumps({"message": steps, "budget_usd": 1e-9}), agent="delegator")
     nested = "!task " + json.dumps({"message": "grandchild"})
     send(settings, deep, "!task " + json.dumps({"message": nested}), agent="delegator")
     run_runners(settings, tmp_path, 1)
@@ -281,6 +284,14 @@ def test_limits_and_refused_children_have_their_documented_outcome(
     assert json.loads(observation_of(world, deep).content)["children"][0]["status"] == "finished"
     for cid in (collide, wide, deep, child):
         assert world.status(cid) == "finished", cid
+
+    # A child's budget comes from its parent; spent, the child stops and its parent hears "budget".
+    (spender,) = [c for c, evs in world.events.items() if any(
+        isinstance(e, SystemPromptEvent) and e.parent_conversation_id == frugal for e in evs)]  # fmt: skip
+    assert world.of(spender, SystemPromptEvent)[0].budget_usd == 1e-9
+    assert "budget of 1e-09 USD spent" in world.of(spender, StateUpdateEvent)[-1].reason
+    (result,) = json.loads(observation_of(world, frugal).content)["children"]
+    assert result["status"] == "budget" and world.status(frugal) == "finished"
 
 
 @pytest.mark.brokers
@@ -350,3 +361,52 @@ def test_a_child_that_does_not_end_leaves_the_parent_to_its_deadline_and_reports
         first.stop()
         if second is not None:
             second.stop()
+
+
+@pytest.mark.brokers
+@pytest.mark.slow_on("apache")
+def test_pause_and_resume_of_a_parent_go_down_its_whole_tree(
+    make_settings: Callable[..., Settings], tmp_path: Path
+) -> None:
+    """A pause sent to a parent that waits for its child reaches the child (which waits for its own
+    child) and the grandchild; the child pauses at its next step and its parent keeps waiting. A
+    resume sent to the parent goes the same way down; then the whole tree finishes."""
+    settings = fresh(make_settings)
+    parent = f"parent-{uuid.uuid4().hex[:8]}"
+    grandchild_task = "!task " + json.dumps({"message": "the grandchild's task"})
+    send(settings, parent, "!task " + json.dumps({"message": grandchild_task}), agent="delegator")
+    send(settings, parent, "", command="pause")
+    runner = RunnerProc(settings, tmp_path, None, tmp_path / "runner.log")
+    try:
+
+        def child_paused() -> World | None:
+            world = read_world(settings, parent)
+            kids = world.children()
+            return world if kids and world.status(kids[0]) == "paused" else None
+
+        world = wait_until(child_paused, 60, "the child to pause", logs=runner.logs)
+        (child,) = world.children()
+        (grandchild,) = [c for c, evs in world.events.items() if any(
+            isinstance(e, SystemPromptEvent) and e.parent_conversation_id == child for e in evs)]  # fmt: skip
+        assert world.status(parent) == "running"  # waiting for its child: nothing to pause yet
+        send(settings, parent, "", command="resume")
+
+        def finished() -> World | None:
+            world = read_world(settings, parent)
+            return world if world.status(parent) == "finished" else None
+
+        world = wait_until(finished, 60, "the tree to finish after the resume", logs=runner.logs)
+    finally:
+        runner.stop()
+    assert world.status(child) == world.status(grandchild) == "finished"
+    sent = [
+        (r.conversation_id, r.command)
+        for r in world.inbox
+        if isinstance(r, InboxMessage)
+        and r.sender.startswith("conversation:")
+        and r.child_conversation_id is None  # not a child's report
+        and r.command in ("pause", "resume")
+    ]
+    # Each went down once to each conversation still working below (the grandchild had ended by the resume).
+    assert sorted(sent) == sorted([(child, "pause"), (grandchild, "pause"), (child, "resume")]), sent
+    assert json.loads(observation_of(world, parent).content)["children"][0]["status"] == "finished"

@@ -20,9 +20,10 @@ from convdb.producers import records as rec
 from convdb.producers._stats import RunStats
 from convdb.producers.agent import Agent
 from convdb.producers.crashpoints import NO_CRASH
-from convdb.producers.effect_protocol import EffectProtocol, Outcome
+from convdb.producers.effect_protocol import EffectProtocol
 from convdb.producers.errors import OutcomeUnknownError
 from convdb.producers.llm import DirectScriptedClient
+from convdb.producers.outcome import Outcome
 from convdb.producers.recovery import Recovery
 from convdb.producers.run_loop import RunLoop
 from convdb.producers.secrets import SecretsRegistry
