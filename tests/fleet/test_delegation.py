@@ -6,8 +6,10 @@ named crash points start no child twice and lose no result.
 from __future__ import annotations
 
 import json
+import random
 import signal
 import subprocess
+import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -141,7 +143,9 @@ def check_fan_out(world: World, count: int) -> dict[str, int]:
     reports = [
         r
         for r in world.effects
-        if isinstance(r, EffectConfirmed | EffectFailed) and "/child-" in r.operation_id
+        if isinstance(r, EffectConfirmed | EffectFailed)
+        and r.conversation_id == world.parent
+        and "/child-" in r.operation_id
     ]
     per_child = {}
     for r in reports:
@@ -410,3 +414,53 @@ def test_pause_and_resume_of_a_parent_go_down_its_whole_tree(
     # Each went down once to each conversation still working below (the grandchild had ended by the resume).
     assert sorted(sent) == sorted([(child, "pause"), (grandchild, "pause"), (child, "resume")]), sent
     assert json.loads(observation_of(world, parent).content)["children"][0]["status"] == "finished"
+
+
+@pytest.mark.slow
+@pytest.mark.brokers
+def test_runners_killed_at_random_moments_during_fan_outs_start_each_child_once_and_lose_no_result(
+    broker: Any, make_settings: Callable[..., Settings], tmp_path: Path
+) -> None:
+    """Three parents fan out to six children each over four partitions and three runners; a random
+    runner (a parent's, a child's, or both at once) is SIGKILLed every 0.3-2 s and replaced, for
+    as long as the tree works. Then: each child started once, each result in its parent's one
+    observation once, nothing left waiting."""
+    settings = fresh(make_settings)
+    rng = random.Random(24)
+    parents = [f"parent-{i}-{uuid.uuid4().hex[:6]}" for i in range(3)]
+    for parent in parents:
+        send(settings, parent, fan_out_message(6), agent="delegator")
+    made = iter(range(1000))
+    runners = [RunnerProc(settings, tmp_path, None, tmp_path / f"r{next(made)}.log") for _ in range(3)]
+    kills = 0
+
+    def all_finished() -> bool:
+        events = by_conversation(records(settings, EVENTS))
+        last = {
+            cid: [e for e in sorted(evs, key=lambda e: e.seq) if isinstance(e, StateUpdateEvent)][-1:]
+            for cid, evs in events.items()
+        }
+        return all(last.get(p) and last[p][0].execution_status == "finished" for p in parents)
+
+    try:
+        until = time.monotonic() + 45
+        while time.monotonic() < until and not all_finished():
+            time.sleep(rng.uniform(0.3, 2.0))
+            victim = rng.randrange(len(runners))
+            runners[victim].signal(signal.SIGKILL)
+            runners[victim].proc.wait(10)
+            runners[victim].stop()
+            kills += 1
+            runners[victim] = RunnerProc(settings, tmp_path, None, tmp_path / f"r{next(made)}.log")
+        wait_until(all_finished, 180, "every parent to finish after the kills", logs=logs_of(runners))
+    finally:
+        for runner in runners:
+            runner.stop()
+    children = 0
+    for parent in parents:
+        children += check_fan_out(read_world(settings, parent), 6)["children"]
+    print(
+        f"random kills ({broker.name}): {children} children, {kills} runner kills, "
+        "0 duplicates, 0 lost results"
+    )
+    assert kills >= 3 and children == 18
