@@ -58,6 +58,20 @@ def load_tree(conn: Connection, tenant_id: str, conversation_id: str) -> tuple[d
     return nodes, root
 
 
+def parent_chain(conn: Connection, tenant_id: str, conversation_id: str) -> list[str]:
+    """The conversations above one in its task tree, root first (empty for a root or an unknown one)."""
+    chain: list[str] = []
+    current = conversation_id
+    for _ in range(tree.MAX_DEPTH):
+        found = _nodes(conn, tenant_id, stats_table.c.conversation_id == current).get(current)
+        parent = found.parent_conversation_id if found else None
+        if parent is None or parent in chain or parent == conversation_id:
+            break
+        chain.append(parent)
+        current = parent
+    return chain[::-1]
+
+
 @router.get(
     "/conversations/{conversation_id}/children",
     summary="The conversations it delegated to, with their states and rolled-up totals",

@@ -17,7 +17,7 @@ from fastapi import HTTPException
 from sqlalchemy.engine import Connection
 
 from convdb.consumers.api.conversations import conversation_page, get_conversation, get_view, summaries
-from convdb.consumers.api.tree import load_tree
+from convdb.consumers.api.tree import load_tree, parent_chain
 from convdb.consumers.console.chart import Chart, usage_chart
 from convdb.consumers.effects import (
     conversation_status,
@@ -198,5 +198,12 @@ def _forks_of(conn: Connection, tenant_id: str, conversation_id: str) -> list[di
 def queue(conn: Connection, tenant_id: str, after: str | None, limit: int = 50) -> dict[str, Any]:
     """The tenant's unknown operations (the human queue), each with its evidence and ledger."""
     states = list_operations(conn, tenant_id, "unknown", after, limit)
-    items = [{**operation_view(s), "ledger": operation_ledger(conn, s.operation_id)} for s in states]
+    items = [
+        {
+            **operation_view(s),
+            "ledger": operation_ledger(conn, s.operation_id),
+            "chain": parent_chain(conn, tenant_id, s.conversation_id),
+        }
+        for s in states
+    ]
     return {"operations": items, "next": states[-1].operation_id if len(states) == limit else None}

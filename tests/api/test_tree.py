@@ -12,10 +12,19 @@ from fastapi.testclient import TestClient
 from convdb.consumers.api import create_app
 from convdb.infra.kafka import apply_topics
 from convdb.infra.settings import Settings
-from convdb.schemas import EventEnvelope, LLMUsageEvent, StateUpdateEvent, SystemPromptEvent
-from tests.api.conftest import KEYS, A, B, fill_store
-from tests.console.conftest import sign_in
+from convdb.producers.publisher import EventPublisher
+from convdb.schemas import (
+    EventEnvelope,
+    LLMUsageEvent,
+    SingleObjectCodec,
+    StateUpdateEvent,
+    SystemPromptEvent,
+)
+from convdb.schemas.topics import EFFECTS
+from tests.api.conftest import KEYS, A, B
+from tests.console.conftest import _run_consumers, _unknown, sign_in
 from tests.consumers.builders import T0
+from tests.reconciler.ledger import publish
 
 pytestmark = pytest.mark.kafka
 
@@ -47,18 +56,24 @@ def member(
 def client(
     make_settings: Callable[..., Settings], tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[TestClient]:
-    """root -> (kid0 -> grandkid, kid1) for tenant A."""
+    """root -> (kid0 -> grandkid, kid1) for tenant A; grandkid has an operation waiting for a human."""
     tmp = tmp_path_factory.mktemp("tree")
     settings = make_settings(store_url=f"sqlite:///{tmp / 'store.db'}", api={"keys": KEYS})
     apply_topics(settings)
-    fill_store(
-        settings,
-        member("root", None, 0, 100, 0.5, "finished")
-        + member("kid0", "root", 1, 10, 0.25, "finished")
-        + member("kid1", "root", 1, 20, 0.125, "error")
-        + member("grandkid", "kid0", 2, 5, 0.0625, "finished"),
-    )
+    grandkid = member("grandkid", "kid0", 2, 5, 0.0625, "finished")
+    _, unknown = _unknown(grandkid)
+    events = [
+        *member("root", None, 0, 100, 0.5, "finished"),
+        *member("kid0", "root", 1, 10, 0.25, "finished"),
+        *member("kid1", "root", 1, 20, 0.125, "error"),
+        *grandkid,
+        *(r for r in unknown if isinstance(r, EventEnvelope)),
+    ]
+    EventPublisher(settings, SingleObjectCodec()).publish_durable(events)
+    publish(settings, [(EFFECTS, r) for r in unknown if not isinstance(r, EventEnvelope)])
+    _run_consumers(settings, len(events), 1)
     with TestClient(create_app(settings)) as c:
+        sign_in(c, "key-a")  # the console pages' session (the API routes read the X-API-Key header)
         yield c
 
 
@@ -88,7 +103,6 @@ def test_another_tenants_tree_does_not_exist(client: TestClient) -> None:
 
 
 def test_the_console_links_parent_and_children_with_the_tree_totals(client: TestClient) -> None:
-    sign_in(client, "key-a")
     page = client.get("/console/conversations/kid0").text
     tree_html = page[page.index('id="task-tree"') :]
     assert 'Delegated by <a href="/console/conversations/root">root</a>' in tree_html
@@ -101,3 +115,12 @@ def test_the_console_links_parent_and_children_with_the_tree_totals(client: Test
     assert root.count('class="task-children"') == 1 and "Delegated by" not in root
     plain = client.get("/console/conversations/grandkid").text
     assert 'Delegated by <a href="/console/conversations/kid0">kid0</a> (task tree of' in plain
+
+
+def test_the_human_queue_shows_a_sub_agents_parent_chain(client: TestClient) -> None:
+    page = client.get("/console/queue").text
+    chain = page[page.index('class="small muted task-chain"') :]
+    assert chain.index('href="/console/conversations/root"') < chain.index(
+        'href="/console/conversations/kid0"'
+    )
+    assert "its parents wait for it" in chain
