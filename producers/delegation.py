@@ -38,7 +38,7 @@ from convdb.producers.errors import ToolArgumentError
 from convdb.producers.outcome import Outcome
 from convdb.producers.state import unobserved_actions
 from convdb.producers.tools.base import ToolResult, canonical_json, intent_hash
-from convdb.producers.tools.delegation import ChildTask, DelegationTool
+from convdb.producers.tools.delegation import CALL_TARGET, ChildTask, DelegationTool
 from convdb.producers.writer import ConversationWriter, Services
 from convdb.projections.operation import OperationStatus
 from convdb.projections.view import active_branch
@@ -418,14 +418,20 @@ class Delegations:
         return ToolResult(content, provider_receipt=f"children:{len(ended)}/{count}", is_error=finished == 0)
 
     def waiting(self) -> list[ActionEvent]:
-        """Delegation actions of this conversation that wait for children (started, not observed)."""
+        """Delegation actions of this conversation that wait for children (started, not observed).
+
+        The ledger is looked at first: a conversation with no delegation call open (nearly all of
+        them, at every run) never walks its branch for it.
+        """
         ledger = self.writer.state.ledger
-        out = []
-        for action in unobserved_actions(self.writer.state.view):
-            state = ledger.get(action.operation_id)
-            if state is not None and state.status is OperationStatus.EXECUTING and self.tool_of(action):
-                out.append(action)
-        return out
+        open_calls = {
+            op
+            for op, state in ledger.items()
+            if state.status is OperationStatus.EXECUTING and state.target == CALL_TARGET
+        }
+        if not open_calls:
+            return []
+        return [a for a in unobserved_actions(self.writer.state.view) if a.operation_id in open_calls]
 
     def receive(self, inbox: InboxMessage) -> Outcome | None:
         """Record a child's report once; the outcome of its action when it got observed, else None."""

@@ -15,6 +15,9 @@ from pydantic import Field, model_validator
 from convdb.producers.agent import Agent
 from convdb.producers.tools.base import Operation, Tool, ToolArgs, ToolResult
 
+CALL_TARGET = "convdb:children"
+"""What a delegation call's effect touches: child conversations (their ids are fixed once it is proposed)."""
+
 
 class ChildTask(ToolArgs):
     """One child: what it is asked, by which agent, with how much of the parent's budget."""
@@ -73,7 +76,7 @@ class DelegationTool(Tool):
 
     def target(self, arguments: dict[str, Any]) -> str | None:  # noqa: ARG002 - the interface's
         """Child conversations (their ids are fixed by the operation id, known only once proposed)."""
-        return "convdb:children"
+        return CALL_TARGET
 
     def execute(self, operation: Operation) -> ToolResult:
         """Never called: the effect protocol starts children itself (`convdb.producers.delegation`)."""
