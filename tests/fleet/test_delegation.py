@@ -23,6 +23,8 @@ from convdb.infra.partitioner import partition_for
 from convdb.infra.reader import read_topic
 from convdb.infra.settings import Settings
 from convdb.producers.delegation import children_ids, parent_operation_of
+from convdb.producers.errors import ToolArgumentError
+from convdb.producers.tools.delegation import DelegateTool, TaskTool
 from convdb.schemas import (
     ActionEvent,
     EffectConfirmed,
@@ -223,9 +225,15 @@ def test_a_kill_at_every_delegation_crash_point_starts_no_child_twice_and_loses_
     crash_case(make_settings, tmp_path, point)
 
 
-def test_parent_operation_ids_parse() -> None:
+def test_parent_operation_ids_parse_and_calls_are_checked() -> None:
     assert parent_operation_of("c/a/child-3") == ("c/a", 3)
     assert parent_operation_of("c/a") is None
+    with pytest.raises(ToolArgumentError, match="wait_for \\(2\\) is more than the 1 task"):
+        DelegateTool().parse(json.dumps({"tasks": [{"message": "a"}], "wait_for": 2}))
+    with pytest.raises(ToolArgumentError, match="tasks: List should have at least 1 item"):
+        DelegateTool().parse(json.dumps({"tasks": []}))
+    with pytest.raises(ToolArgumentError, match="message: String should have at least 1 character"):
+        TaskTool().parse(json.dumps({"message": ""}))
 
 
 def observation_of(world: World, cid: str) -> ObservationEvent:
@@ -253,6 +261,8 @@ def test_limits_and_refused_children_have_their_documented_outcome(
     send(settings, ids[0], "mine", tenant="someone-else")
     send(settings, ids[1], "an unrelated conversation of the same tenant")
     send(settings, wide, fan_out_message(4), agent="delegator")
+    first = f"first-{uuid.uuid4().hex[:8]}"
+    send(settings, first, fan_out_message(3, wait_for=1), agent="delegator")
     frugal = f"frugal-{uuid.uuid4().hex[:8]}"
     steps = '!read_file {"path": "a.txt"}\n!read_file {"path": "b.txt"}'
     send(settings, frugal, "!task " + json.dumps({"message": steps, "budget_usd": 1e-9}), agent="delegator")
@@ -288,6 +298,21 @@ def test_limits_and_refused_children_have_their_documented_outcome(
     assert json.loads(observation_of(world, deep).content)["children"][0]["status"] == "finished"
     for cid in (collide, wide, deep, child):
         assert world.status(cid) == "finished", cid
+
+    # wait_for=1: the parent observes once one child ended (more may have by then); the others'
+    # reports come later, are recorded on its ledger, and change nothing else.
+    early = json.loads(observation_of(world, first).content)
+    assert 1 <= early["ended"] == early["finished"] <= 3 and early["timed_out"] is False
+    assert sorted({c["status"] for c in early["children"]} - {"finished"}) in ([], ["running"])
+    late = [
+        r
+        for r in world.effects
+        if r.conversation_id == first and isinstance(r, EffectConfirmed | EffectFailed)
+    ]
+    assert sorted(r.operation_id.rsplit("/", 1)[-1] for r in late if "/child-" in r.operation_id) == [
+        "child-0", "child-1", "child-2"
+    ]  # fmt: skip
+    assert world.status(first) == "finished"
 
     # A child's budget comes from its parent; spent, the child stops and its parent hears "budget".
     (spender,) = [c for c, evs in world.events.items() if any(
