@@ -56,6 +56,10 @@ from convdb.schemas import (
 )
 from convdb.schemas._types import InboxCommand
 
+logger = logging.getLogger(__name__)
+
+_NAMESPACE = uuid.UUID("6f1d2c4e-8a0b-4c3d-9e7f-5a6b7c8d9e0f")
+
 
 class Effects(Protocol):
     """What delegation uses of the effect protocol (`EffectProtocol`)."""
@@ -77,10 +81,6 @@ class Effects(Protocol):
         ...
 
 
-logger = logging.getLogger(__name__)
-
-_NAMESPACE = uuid.UUID("6f1d2c4e-8a0b-4c3d-9e7f-5a6b7c8d9e0f")
-
 END_STATUSES = frozenset({"finished", "error", "stuck", "waiting_for_human", "waiting_for_confirmation"})
 """A child's statuses that end its part of the task (its run returned, nothing of its own pending)."""
 
@@ -99,7 +99,11 @@ def _candidate(child_operation: str, k: int) -> str:
 
 def children_ids(operation_id: str, count: int, partitions: int) -> list[str]:
     """The conversation ids of the children of a parent's operation: derived from the operation id (the
-    same on every retry) and spread over the partitions (so over the runners) while there are free ones."""
+    same on every retry) and spread over the partitions (so over the runners) while there are free ones.
+
+    Derived once, when the children are started: from then on their ids are read from the ledger (the
+    child operations' targets), so another partition count later changes nothing.
+    """
     ids: list[str] = []
     used: set[int] = set()
     for i in range(count):
@@ -184,7 +188,7 @@ def summary_of(events: tuple[Event, ...] | list[Event]) -> str:
 def report(
     child_id: str, tenant_id: str, link: Link, status: str, summary: str, *, report_id: str
 ) -> InboxMessage:
-    """A child's end, as a record for its parent's inbox (its operation: `parent_operation_id`'s child)."""
+    """A child's end, as a record for its parent's inbox (`operation_id`: the child's operation there)."""
     return InboxMessage(
         id=report_id,
         conversation_id=link.parent_conversation_id,
@@ -193,15 +197,10 @@ def report(
         command="resume",
         content=summary,
         sender=f"conversation:{child_id}",
-        operation_id=child_operation(link),
+        operation_id=link.parent_operation_id,
         child_conversation_id=child_id,
         child_status=status,
     )
-
-
-def child_operation(link: Link) -> str:
-    """The child's operation in its parent's ledger."""
-    return link.parent_operation_id
 
 
 def child_status(status: str, reason: str) -> str:
