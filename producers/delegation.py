@@ -203,6 +203,21 @@ def report(
     )
 
 
+def split_budget(left: float | None, asked: list[float | None]) -> list[float | None]:
+    """The children's budgets, taken from what is left of the parent's: a child that asks for an
+    amount gets it (while there is some left), the others share the rest equally. With no budget
+    on the parent (None), a child gets what it asks for, or the runner's limit (None)."""
+    if left is None:
+        return list(asked)
+    out: list[float | None] = []
+    for amount in asked:
+        given = None if amount is None else min(amount, left)
+        left -= given or 0.0
+        out.append(given)
+    share = left / max(1, sum(1 for a in asked if a is None))
+    return [share if given is None else given for given in out]
+
+
 def child_status(status: str, reason: str) -> str:
     """How a child ended, as its report says (`budget` for an error that is a spent budget)."""
     return "budget" if status == "error" and reason.startswith("budget") else status
@@ -314,7 +329,7 @@ class Delegations:
     def _start_records(self, action: ActionEvent, children: list[ChildTask]) -> list[AvroModel]:
         records: list[AvroModel] = [rec.started(self.writer, action, 1)]
         depth = (self.link.depth if self.link else 0) + 1
-        left = self._budget_left()
+        budgets = split_budget(self._budget_left(), [task.budget_usd for task in children])
         ids = children_ids(action.operation_id, len(children), self.partitions)
         for i, task in enumerate(children):
             op = child_operation_id(action.operation_id, i)
@@ -342,7 +357,7 @@ class Delegations:
                     content=task.message, sender=f"conversation:{self.writer.conversation_id}",
                     agent=task.agent or self._own_agent(), parent_conversation_id=self.writer.conversation_id,
                     parent_operation_id=op, delegation_depth=depth,
-                    budget_usd=task.budget_usd if task.budget_usd is not None else left,
+                    budget_usd=budgets[i],
                 )
             )  # fmt: skip
         return records

@@ -22,7 +22,7 @@ from convdb.infra.kafka import apply_topics
 from convdb.infra.partitioner import partition_for
 from convdb.infra.reader import read_topic
 from convdb.infra.settings import Settings
-from convdb.producers.delegation import children_ids, parent_operation_of
+from convdb.producers.delegation import children_ids, parent_operation_of, split_budget
 from convdb.producers.errors import ToolArgumentError
 from convdb.producers.tools.delegation import DelegateTool, TaskTool
 from convdb.schemas import (
@@ -223,6 +223,13 @@ def test_a_kill_at_every_delegation_crash_point_starts_no_child_twice_and_loses_
     make_settings: Callable[..., Settings], tmp_path: Path, point: str
 ) -> None:
     crash_case(make_settings, tmp_path, point)
+
+
+def test_childrens_budgets_are_taken_from_what_is_left_of_the_parents() -> None:
+    assert split_budget(None, [None, 0.5]) == [None, 0.5]  # no budget above: the runner's limit
+    assert split_budget(1.0, [None, None]) == [0.5, 0.5]
+    assert split_budget(1.0, [0.25, None, None]) == [0.25, 0.375, 0.375]
+    assert split_budget(1.0, [2.0, None]) == [1.0, 0.0]  # never more than is left
 
 
 def test_parent_operation_ids_parse_and_calls_are_checked() -> None:
