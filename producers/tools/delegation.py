@@ -27,7 +27,7 @@ class ChildTask(ToolArgs):
         None, description="An installed agent's name for the child; default: the parent's agent."
     )
     budget_usd: float | None = Field(
-        None, ge=0, description="The child's budget (USD); default: what is left of the parent's."
+        None, ge=0, description="The child's budget (USD); default: a share of what is left of the parent's."
     )
 
 
