@@ -13,6 +13,8 @@ Writing an agent (docs/own-agent.md):
   runtime raises `ToolArgumentError` for arguments its `Args` model rejects;
 - an agent is a frozen `convdb.Agent(model=..., system_prompt=..., tools=(...), confirmation=...)`
   whose `version` digests its configuration;
+- delegation: `with_delegation(agent)` adds the tools `task` and `delegate` (`delegation_tools()`),
+  with which an agent hands tasks to child conversations;
 - plug-ins: entry points `convdb.agents` (name -> `make(settings) -> Agent`) and `convdb.tools`
   (name -> `make(settings) -> Tool`), or `module:attr` on `convdb run/runner --agent`.
 """
@@ -41,6 +43,7 @@ from convdb.producers.errors import (
     UnknownAgentError,
 )
 from convdb.producers.tools.base import Operation, Tool, ToolArgs, ToolResult
+from convdb.producers.tools.delegation import delegation_tools, with_delegation
 from convdb.producers.tools.function import EFFECT_CLASSES, tool
 from convdb.schemas._types import EffectClass
 
@@ -71,9 +74,11 @@ __all__ = [
     "ToolResult",
     "UnknownAgentError",
     "__version__",
+    "delegation_tools",
     "installed_agents",
     "installed_tools",
     "load_agent",
     "load_settings",
     "tool",
+    "with_delegation",
 ]

@@ -18,6 +18,9 @@ TOOLS_GROUP = "convdb.tools"
 DEFAULT_AGENT = "default"
 """The built-in agent's name."""
 
+DELEGATOR_AGENT = "delegator"
+"""The built-in agent with the delegation tools (`task`, `delegate`) added."""
+
 REFERENCE = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_][\w.]*$")
 """`module:attr`: an agent named by where it is, importable on the runner's path. Only an operator
 names one (`--agent` of `convdb runner` / `convdb run`): a message may name installed agents only,
@@ -25,12 +28,12 @@ since a runner would import and call whatever a message named."""
 
 
 def installed_agents() -> list[str]:
-    """The names of the installed agents (`convdb.agents` entry points), plus `default`."""
-    return sorted({DEFAULT_AGENT, *(ep.name for ep in entry_points(group=AGENTS_GROUP))})
+    """The names of the installed agents (`convdb.agents` entry points), plus the built-in ones."""
+    return sorted({DEFAULT_AGENT, DELEGATOR_AGENT, *(ep.name for ep in entry_points(group=AGENTS_GROUP))})
 
 
 def is_agent_name(name: str) -> bool:
-    """True for a name a message may carry: `default` or an installed agent."""
+    """True for a name a message may carry: a built-in or an installed agent."""
     return name in installed_agents()
 
 

@@ -121,6 +121,10 @@ class RuntimeSettings(Section):
     max_iterations: int = Field(30, description="Agent steps per run() before it stops with 'error'.")
     max_budget_usd: float | None = Field(None, description="LLM cost per conversation before it stops.")
     action_concurrency: int = Field(4, description="Parallel actions of one LLM response run at once.")
+    delegation_max_depth: int = Field(
+        3, ge=0, description="Deepest task tree: a conversation at this depth may not delegate (0: none may)."
+    )
+    delegation_max_children: int = Field(8, ge=1, description="Most children one `delegate` call may start.")
     tool_timeout_s: float = Field(10.0, description="Timeout of one provider call made by a tool.")
     reconcile_after_s: float = Field(
         30.0, description="EffectProposed.reconcile_after: when the reconciler may look an operation up."

@@ -4,7 +4,8 @@ An agent is named by its entry-point name (`[project.entry-points."convdb.agents
 "mypkg.agent:make"`) or, by an operator (`--agent`), by `module:attr` (an importable module on
 the runner's path); a message names installed agents only. The object named is an `Agent`, or a
 factory `make(settings) -> Agent`. `default` names the built-in agent (file tools, plus the
-tracker tools when a tracker URL is given).
+tracker tools when a tracker URL is given); `delegator` is the built-in agent with the delegation
+tools (`task`, `delegate`).
 
 A `convdb.tools` entry point names a `Tool`, or a factory `make(settings) -> Tool | sequence of
 Tool`; an agent factory collects them with `installed_tools(settings, *names)`.
@@ -27,6 +28,7 @@ from typing import Any
 from convdb.infra.agent_names import (
     AGENTS_GROUP,
     DEFAULT_AGENT,
+    DELEGATOR_AGENT,
     REFERENCE,
     TOOLS_GROUP,
     installed_agents,
@@ -37,6 +39,7 @@ from convdb.infra.settings import Settings
 from convdb.producers.agent import Agent
 from convdb.producers.errors import AgentLoadError, UnknownAgentError
 from convdb.producers.tools.base import Tool
+from convdb.producers.tools.delegation import with_delegation
 
 logger = logging.getLogger(__name__)
 
@@ -149,7 +152,12 @@ class AgentBook:
         if name in self._errors:
             raise self._errors[name]
         try:
-            agent = self.builtin() if name == DEFAULT_AGENT else load_agent(name, self.settings)
+            if name == DEFAULT_AGENT:
+                agent = self.builtin()
+            elif name == DELEGATOR_AGENT:
+                agent = with_delegation(self.builtin())
+            else:
+                agent = load_agent(name, self.settings)
         except (UnknownAgentError, AgentLoadError) as exc:
             logger.error("agent %s: %s", name, exc)
             self._errors[name] = exc

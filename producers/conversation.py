@@ -22,10 +22,11 @@ from convdb.producers import records as rec
 from convdb.producers._stats import RunStats
 from convdb.producers.agent import Agent
 from convdb.producers.crashpoints import NO_CRASH, CrashPoints
-from convdb.producers.effect_protocol import EffectProtocol, Outcome
+from convdb.producers.effect_protocol import EffectProtocol
 from convdb.producers.ledger import Ledger
 from convdb.producers.llm import LLMClient
 from convdb.producers.observe import NO_METRICS, RunnerMetrics
+from convdb.producers.outcome import Outcome
 from convdb.producers.positions import LogPositions, base_snapshot
 from convdb.producers.recovery import Recovery
 from convdb.producers.run_loop import RunLoop
@@ -205,6 +206,10 @@ class Conversation:
             self.positions.track(records, deliveries, self._refold_offset)
             self.book.committed(records, deliveries)
             self.services.metrics.committed(records)
+
+    def end_reports(self, status: str, reason: str, seq: int) -> list[AvroModel]:
+        """A delegated child's report to its parent when it stops in an end status (else nothing)."""
+        return self.effects.delegations.end_reports(status, reason, seq)
 
     def snapshot_if_due(self, records: Sequence[AvroModel] = ()) -> None:
         """Snapshot when `snapshot_every` events passed since the last one (unless `records` held one)."""

@@ -20,6 +20,8 @@ CRASH_POINTS = (
     *EFFECT_POINTS,
     "after_inbox_message",
     "before_inbox_commit",
+    "after_children_started",
+    "after_child_report",
 )
 """Every point the runtime calls `hit` at, in protocol order."""
 

@@ -10,7 +10,6 @@ EffectUnknown for a human.
 from __future__ import annotations
 
 import contextvars
-import enum
 import json
 import logging
 import time
@@ -20,8 +19,11 @@ from typing import Any
 from convdb.infra import tracing
 from convdb.producers import records as rec
 from convdb.producers._stats import RunStats
+from convdb.producers.delegation import NEVER_DUE, Delegations
 from convdb.producers.errors import EffectError, OutcomeUnknownError, ToolArgumentError
+from convdb.producers.outcome import Outcome
 from convdb.producers.tools.base import Operation, Tool, ToolResult, ask_provider
+from convdb.producers.tools.delegation import DelegationTool
 from convdb.producers.writer import ConversationWriter, Services
 from convdb.projections import operation
 from convdb.projections.effects import backfill_observation
@@ -33,15 +35,6 @@ from convdb.schemas._types import LedgerOrigin
 logger = logging.getLogger(__name__)
 
 
-class Outcome(enum.Enum):
-    """How an action ended for now."""
-
-    DONE = "done"
-    """Observed (success or definite failure)."""
-    HUMAN = "human"
-    """Outcome unknown: EffectUnknown is on the ledger, a human decides."""
-
-
 class EffectProtocol:
     """Runs actions through the protocol, settles ambiguous calls, backfills known outcomes."""
 
@@ -49,6 +42,7 @@ class EffectProtocol:
         self.writer = writer
         self.services = services
         self.stats = stats
+        self.delegations = Delegations(writer, services, self)
 
     def _state(self, action: ActionEvent) -> OperationState | None:
         return self.writer.state.ledger.get(action.operation_id)
@@ -56,7 +50,12 @@ class EffectProtocol:
     def proposals(self, actions: list[ActionEvent]) -> list[EffectProposed]:
         """EffectProposed for every action that has an effect (durable before any provider call)."""
         after = self.services.runtime.reconcile_after_s
-        return [rec.proposed(self.writer, a, after) for a in actions if a.effect_class != "read_only"]
+        never = NEVER_DUE.total_seconds()
+        return [
+            rec.proposed(self.writer, a, never if self.delegations.tool_of(a) else after)
+            for a in actions
+            if a.effect_class != "read_only"
+        ]
 
     def run_batch(self, actions: list[ActionEvent]) -> list[Outcome]:
         """Run the actions of one LLM response, `runtime.action_concurrency` at a time."""
@@ -89,6 +88,8 @@ class EffectProtocol:
                 result = ToolResult(str(exc), is_error=True)
             return self._finish(action, result, ledger=False)
         self.services.crash.hit("after_effect_proposed", tool.name)
+        if isinstance(tool, DelegationTool):
+            return self.delegations.start(action, tool, args)
         return self._attempt(action, tool, args)
 
     def _call(self, tool: Tool, op: Operation) -> ToolResult:
@@ -115,6 +116,10 @@ class EffectProtocol:
             self.services.crash.hit("after_provider_call", tool.name)
             return self.settle(action, reason=str(exc))
         self.services.crash.hit("after_provider_call", tool.name)
+        return self._finish(action, result)
+
+    def finish(self, action: ActionEvent, result: ToolResult) -> Outcome:
+        """Publish an action's observation and its ledger outcome, together (delegation's too)."""
         return self._finish(action, result)
 
     def _finish(

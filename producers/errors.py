@@ -66,5 +66,10 @@ class AgentLoadError(RecordRefusedError):
     """An agent's factory (or its module) raised, or returned something that is not an Agent."""
 
 
+class DelegationRefusedError(RecordRefusedError):
+    """A child's first record that cannot start its child: its id is taken by another conversation, or
+    is not the one its parent's operation fixes."""
+
+
 class AgentMismatchError(RecordRefusedError):
     """An inbox record naming another agent than the one its conversation runs."""

@@ -12,6 +12,7 @@ import logging
 
 from convdb.producers.conversation import Conversation
 from convdb.producers.crashpoints import CrashPoints
+from convdb.producers.delegation import link_from_inbox
 from convdb.projections.view import node_at_seq
 from convdb.schemas import InboxMessage, MessageEvent
 from convdb.schemas._types import Resolution
@@ -23,6 +24,9 @@ def apply_inbox(conv: Conversation, inbox: InboxMessage, crash: CrashPoints) -> 
     """Do what an inbox record asks of its conversation; runs it until it stops."""
     match inbox.command:
         case "message":
+            link = link_from_inbox(inbox)
+            if link is not None and conv.state.view.last_seq == 0:
+                conv.effects.delegations.pending_link = link  # its system prompt records it
             appended = conv.send_message(inbox.content, event_id=inbox.id)
             crash.hit("after_inbox_message")
             # Not appended: a redelivery after a crash. Run unless something already answered it.
@@ -32,9 +36,19 @@ def apply_inbox(conv: Conversation, inbox: InboxMessage, crash: CrashPoints) -> 
                 conv.resume()
         case "pause":
             conv.request_pause()
+            # A parent waiting for children pauses them too (and they their own): the whole subtree.
+            conv.effects.delegations.propagate("pause", inbox.id)
             if conv.status != "running":
                 conv.snapshot()
+        case "resume" if inbox.child_conversation_id is not None:
+            # A child's report: recorded once; the parent runs on when its wait condition holds.
+            if conv.effects.delegations.receive(inbox) is not None:
+                conv.run()
         case "resume":
+            conv.loop.pause_requested.clear()  # a pause not taken yet (a parent waiting) is called off
+            conv.effects.delegations.propagate("resume", inbox.id)
+            if conv.status == "waiting_for_confirmation" and inbox.sender.startswith("conversation:"):
+                return  # a parent's resume never approves its child's actions: a user does
             if conv.status == "waiting_for_confirmation":
                 conv.confirm(True)
             elif conv.unobserved_actions():

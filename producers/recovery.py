@@ -10,7 +10,8 @@ from __future__ import annotations
 import logging
 
 from convdb.producers import records as rec
-from convdb.producers.effect_protocol import EffectProtocol, Outcome
+from convdb.producers.effect_protocol import EffectProtocol
+from convdb.producers.outcome import Outcome
 from convdb.producers.state import unobserved_actions
 from convdb.producers.status import set_status
 from convdb.producers.tools.base import ToolResult
@@ -41,6 +42,9 @@ class Recovery:
             return state.status  # the user has not decided yet: nothing may run
         outcomes = [self.recover_action(action) for action in pending]
         status = self.writer.state.status
+        if Outcome.WAITING in outcomes and Outcome.HUMAN not in outcomes:
+            self.writer.snapshot()
+            return status  # children still work: their reports continue the run
         if Outcome.HUMAN in outcomes:
             if status != "waiting_for_human":
                 if status != "running":
@@ -56,6 +60,8 @@ class Recovery:
         """The one recovery step this action needs, from its operation's state."""
         if action.effect_class == "read_only":
             return self.effects.run_action(action)  # reading again changes nothing
+        if self.effects.delegations.tool_of(action) is not None:
+            return self.effects.delegations.recover(action)
         state = self.writer.state.ledger.get(action.operation_id)
         step = next_step(state)
         logger.info(

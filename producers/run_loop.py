@@ -9,7 +9,8 @@ from collections.abc import Collection, Sequence
 
 from convdb.infra import tracing
 from convdb.producers._stats import RunStats
-from convdb.producers.effect_protocol import EffectProtocol, Outcome
+from convdb.producers.effect_protocol import EffectProtocol
+from convdb.producers.outcome import Outcome
 from convdb.producers.status import set_status
 from convdb.producers.writer import ConversationWriter, Services
 from convdb.projections.view import active_branch
@@ -72,6 +73,7 @@ class RunLoop:
                         tools=tools,
                         agent=self.services.agent_name,
                         agent_version=agent.version,
+                        **self.effects.delegations.prompt_fields(),
                     )
                 ]
             )
@@ -79,6 +81,8 @@ class RunLoop:
     def run(self) -> ExecutionStatus:
         """Step until a stop status, then snapshot; returns the status it stopped in."""
         self.start()
+        if self.effects.delegations.waiting():
+            return self.writer.state.status  # a child's report continues the run
         set_status(self.writer, "running")
         limit = self.services.runtime.max_iterations
         for _ in range(limit):
@@ -95,7 +99,7 @@ class RunLoop:
 
     def stop_reason(self) -> tuple[ExecutionStatus, str] | None:
         """Why the loop must stop before the next step (pause, budget, stuck), or None."""
-        budget = self.services.runtime.max_budget_usd
+        budget = self.effects.delegations.budget()
         cost = self.writer.state.cost
         if self.pause_requested.is_set():
             return "paused", "pause requested"
@@ -142,6 +146,8 @@ class RunLoop:
         if Outcome.HUMAN in outcomes:
             set_status(self.writer, "waiting_for_human", "an operation's outcome is unknown")
             return False
+        if Outcome.WAITING in outcomes:
+            return False  # children were started: their reports continue the run
         if any(isinstance(e, MessageEvent) for e in events) and not actions:
             set_status(self.writer, "finished", "the agent answered")
             return False

@@ -8,8 +8,8 @@ from typing import Any, Protocol
 
 from convdb.infra.producer import Delivery
 from convdb.producers.publisher import EventPublisher
-from convdb.schemas import AvroModel, EventEnvelope, LedgerRecord, Snapshot
-from convdb.schemas.topics import EFFECTS, EVENTS, STATE, Topic
+from convdb.schemas import AvroModel, EventEnvelope, InboxMessage, LedgerRecord, Snapshot
+from convdb.schemas.topics import EFFECTS, EVENTS, INBOX, STATE, Topic
 
 
 class RecordSink(Protocol):
@@ -39,4 +39,6 @@ def topic_of(record: AvroModel) -> Topic[Any]:
         return EFFECTS
     if isinstance(record, Snapshot):
         return STATE
+    if isinstance(record, InboxMessage):
+        return INBOX  # a delegation's record for another conversation (a child's first, a report)
     raise TypeError(f"a conversation does not write {type(record).__name__}")

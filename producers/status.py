@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from convdb.producers.errors import IllegalTransitionError
 from convdb.producers.writer import ConversationWriter
-from convdb.schemas import StateUpdateEvent
+from convdb.schemas import AvroModel, StateUpdateEvent
 from convdb.schemas._types import ExecutionStatus
 
 _RESTARTABLE = frozenset({"running", "idle", "paused"})
@@ -50,6 +50,10 @@ def set_status(writer: ConversationWriter, status: ExecutionStatus, reason: str 
     if status == current:
         return
     check_transition(writer.conversation_id, current, status)
-    writer.commit(
-        lambda: [writer.new(StateUpdateEvent, source="environment", execution_status=status, reason=reason)]
-    )
+
+    def build() -> list[AvroModel]:
+        update = writer.new(StateUpdateEvent, source="environment", execution_status=status, reason=reason)
+        # A delegated child's end and its report to the parent are one write: neither without the other.
+        return [update, *writer.end_reports(status, reason, update.seq)]
+
+    writer.commit(build)

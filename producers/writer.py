@@ -70,6 +70,10 @@ class ConversationWriter(Protocol):
         """Record the base state on the state topic."""
         ...
 
+    def end_reports(self, status: str, reason: str, seq: int) -> list[AvroModel]:
+        """What a status change must also write (a delegated child's report to its parent)."""
+        ...
+
 
 @dataclass(frozen=True)
 class Services:

@@ -44,6 +44,14 @@ _new_usage = tuple.__new__
 time, and the fold builds one per LLM call)."""
 
 
+class Parent(NamedTuple):
+    """A delegated child's link to its parent, as its SystemPromptEvent records it."""
+
+    conversation_id: str
+    operation_id: str
+    depth: int
+
+
 class ConversationStats(NamedTuple):
     """Statistics of one conversation (immutable)."""
 
@@ -68,6 +76,8 @@ class ConversationStats(NamedTuple):
     """Ids of the annotations (seq 0) counted, so a re-delivery is not counted again."""
     last_id: str | None = None
     """Id of the event at `last_seq`: another id at that seq is a conflict, not a redelivery."""
+    parent: Parent | None = None
+    """Where a delegated child sits in its task tree (its first system prompt's link); None: a root."""
 
     @property
     def counts_by_kind(self) -> dict[str, int]:
@@ -112,7 +122,7 @@ def fold_all(state: ConversationStats, events: Iterable[Event]) -> ConversationS
     s = state
     conv, tenant, last_seq, count = s.conversation_id, s.tenant_id, s.last_seq, s.events
     counts = list(s.counts)
-    figures = _Figures(s.usage, s.tool_calls, s.errors, s.execution_status)
+    figures = _Figures(s.usage, s.tool_calls, s.errors, s.execution_status, s.parent)
     first, last, annotations, last_id = s.first_timestamp, s.last_timestamp, s.annotations, s.last_id
     kinds = _KINDS
     for event in events:
@@ -139,22 +149,28 @@ def fold_all(state: ConversationStats, events: Iterable[Event]) -> ConversationS
         return state
     return ConversationStats(
         conv, tenant, last_seq, count, tuple(counts), figures.usage, figures.tool_calls, figures.errors,
-        figures.execution_status, first, last, annotations, last_id,
+        figures.execution_status, first, last, annotations, last_id, figures.parent,
     )  # fmt: skip
 
 
 class _Figures:
     """The per-kind figures of one `fold_all` in progress (mutable; never leaves it)."""
 
-    __slots__ = ("usage", "tool_calls", "errors", "execution_status")
+    __slots__ = ("usage", "tool_calls", "errors", "execution_status", "parent")
 
     def __init__(
-        self, usage: Usage, tool_calls: int, errors: int, execution_status: ExecutionStatus | None
+        self,
+        usage: Usage,
+        tool_calls: int,
+        errors: int,
+        execution_status: ExecutionStatus | None,
+        parent: Parent | None,
     ) -> None:
         self.usage = usage
         self.tool_calls = tool_calls
         self.errors = errors
         self.execution_status = execution_status
+        self.parent = parent
 
 
 def _llm_call(figures: _Figures, event: LLMUsageEvent) -> None:
@@ -196,6 +212,14 @@ def _status_change(figures: _Figures, event: Any) -> None:
     figures.execution_status = event.execution_status
 
 
+def _system_prompt(figures: _Figures, event: Any) -> None:
+    """The first system prompt that names a parent links the conversation into its task tree."""
+    if figures.parent is None and event.parent_conversation_id and event.parent_operation_id:
+        figures.parent = Parent(
+            event.parent_conversation_id, event.parent_operation_id, event.delegation_depth
+        )
+
+
 # Dispatch on `kind`, not isinstance (slow on pydantic models).
 _STEPS: dict[str, Callable[[_Figures, Any], None]] = {
     "llm_usage": _llm_call,
@@ -203,12 +227,12 @@ _STEPS: dict[str, Callable[[_Figures, Any], None]] = {
     "agent_error": _agent_error,
     "observation": _observation,
     "state_update": _status_change,
+    "system_prompt": _system_prompt,
 }
 """What an event of each kind adds beyond its count (every kind is counted in `counts`)."""
 
 COUNTED_ONLY = frozenset(
     {
-        "system_prompt",
         "message",
         "user_reject",
         "condensation",
@@ -257,4 +281,7 @@ def as_row(state: ConversationStats) -> dict[str, Any]:
         "last_timestamp": None if last is None else last.isoformat(),
         "last_id": state.last_id,
         "duration_s": state.duration_s,
+        "parent_conversation_id": state.parent.conversation_id if state.parent else None,
+        "parent_operation_id": state.parent.operation_id if state.parent else None,
+        "delegation_depth": state.parent.depth if state.parent else 0,
     }

@@ -63,6 +63,16 @@ class SystemPromptEvent(EventEnvelope):
         description="Digest of the agent's configuration (model, prompt, tools, policies) when the "
         "conversation started.",
     )
+    parent_conversation_id: str | None = Field(
+        None, description="The conversation that delegated this one (a task-tree child); null for a root."
+    )
+    parent_operation_id: str | None = Field(
+        None, description="The parent's operation that started this child; null for a root."
+    )
+    delegation_depth: int = Field(0, description="Depth in the task tree: 0 for a root, 1 for its children.")
+    budget_usd: float | None = Field(
+        None, description="The budget (USD) the parent gave this child; null: the runner's limit."
+    )
 
 
 class MessageEvent(EventEnvelope):

@@ -126,6 +126,34 @@ class InboxMessage(AvroModel):
         description="Conversation a 'fork' copies the path of (up to at_seq); the record is keyed by the "
         "new conversation, whose runner writes its ForkEvent.",
     )
+    parent_conversation_id: str | None = Field(
+        None,
+        description="On a delegated child's first record: the conversation that delegated to it (the "
+        "parent); null otherwise.",
+    )
+    parent_operation_id: str | None = Field(
+        None,
+        description="On a delegated child's first record: the operation in the parent's ledger that "
+        "started the child (it fixes the child's conversation id); null otherwise.",
+    )
+    delegation_depth: int | None = Field(
+        None, description="On a delegated child's first record: its depth in the task tree (1 under a root)."
+    )
+    budget_usd: float | None = Field(
+        None,
+        description="On a delegated child's first record: the budget (USD) taken from its parent's; null: "
+        "the runner's limit.",
+    )
+    child_conversation_id: str | None = Field(
+        None,
+        description="On a child's report to its parent: the child that ended (content holds its summary, "
+        "operation_id the child's operation in the parent's ledger).",
+    )
+    child_status: str | None = Field(
+        None,
+        description="On a child's report to its parent: how it ended (finished, error, budget, stuck, "
+        "waiting_for_human, waiting_for_confirmation, rejected).",
+    )
 
 
 class ExternalBatch(AvroModel):

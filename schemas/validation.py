@@ -52,12 +52,14 @@ ID_FIELDS = frozenset(
         "leaf_event_id",
         "source_conversation_id",
         "source_event_id",
+        "parent_conversation_id",
+        "child_conversation_id",
         "forgotten_event_ids",
         "path_ids",
     }
 )
 """Record fields that hold identifiers (or tuples of them); every other text field is a text."""
-OPERATION_FIELDS = frozenset({"operation_id", "open_operations"})
+OPERATION_FIELDS = frozenset({"operation_id", "open_operations", "parent_operation_id"})
 """Record fields that hold operation ids."""
 
 

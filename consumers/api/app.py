@@ -36,6 +36,7 @@ logger = logging.getLogger(__name__)
 
 ROUTERS: tuple[str, ...] = (
     "convdb.consumers.api.conversations",
+    "convdb.consumers.api.tree",
     "convdb.consumers.api.events",
     "convdb.consumers.api.messages",
     "convdb.consumers.api.history",

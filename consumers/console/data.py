@@ -17,6 +17,7 @@ from fastapi import HTTPException
 from sqlalchemy.engine import Connection
 
 from convdb.consumers.api.conversations import conversation_page, get_conversation, get_view, summaries
+from convdb.consumers.api.tree import load_tree, parent_chain
 from convdb.consumers.console.chart import Chart, usage_chart
 from convdb.consumers.effects import (
     conversation_status,
@@ -27,6 +28,7 @@ from convdb.consumers.effects import (
 )
 from convdb.consumers.index import search
 from convdb.consumers.views.queries import branch_events, branch_head
+from convdb.projections import tree
 from convdb.projections.index import SearchQuery
 
 TIMELINE_PAGE = 200
@@ -112,6 +114,8 @@ class ConversationPage:
     status: dict[str, Any] | None
     operations: list[dict[str, Any]] = field(default_factory=list)
     forks: list[dict[str, Any]] = field(default_factory=list)
+    tree: dict[str, Any] | None = None
+    """Its task tree when it delegated or was delegated to: parent, children, totals (else None)."""
 
     @property
     def operations_total(self) -> int:
@@ -136,7 +140,28 @@ def conversation(conn: Connection, tenant_id: str, conversation_id: str) -> Conv
                 conn, tenant_id, wanted, None, OPERATIONS_SHOWN - len(states), conversation_id
             )
     operations = [{**operation_view(s), "ledger": operation_ledger(conn, s.operation_id)} for s in states]
-    return ConversationPage(summary, status, operations, _forks_of(conn, tenant_id, conversation_id))
+    forks = _forks_of(conn, tenant_id, conversation_id)
+    return ConversationPage(summary, status, operations, forks, task_tree(conn, tenant_id, conversation_id))
+
+
+def task_tree(conn: Connection, tenant_id: str, conversation_id: str) -> dict[str, Any] | None:
+    """The conversation's place in its task tree (parent, children with their states, the totals of
+    its subtree and of the whole tree); None when it neither delegated nor was delegated to."""
+    try:
+        nodes, root = load_tree(conn, tenant_id, conversation_id)
+    except HTTPException:
+        return None  # the stats consumer has not stored it yet
+    mine = tree.build(nodes, conversation_id)
+    if mine.node.parent_conversation_id is None and not mine.children:
+        return None
+    whole = tree.build(nodes, root)
+    return {
+        "parent": mine.node.parent_conversation_id,
+        "root": root,
+        "children": [c.as_dict() for c in mine.children],
+        "total": mine.as_dict()["total"],
+        "whole": whole.as_dict()["total"],
+    }
 
 
 def usage_series(conn: Connection, tenant_id: str, conversation_id: str) -> Chart | None:
@@ -173,5 +198,12 @@ def _forks_of(conn: Connection, tenant_id: str, conversation_id: str) -> list[di
 def queue(conn: Connection, tenant_id: str, after: str | None, limit: int = 50) -> dict[str, Any]:
     """The tenant's unknown operations (the human queue), each with its evidence and ledger."""
     states = list_operations(conn, tenant_id, "unknown", after, limit)
-    items = [{**operation_view(s), "ledger": operation_ledger(conn, s.operation_id)} for s in states]
+    items = [
+        {
+            **operation_view(s),
+            "ledger": operation_ledger(conn, s.operation_id),
+            "chain": parent_chain(conn, tenant_id, s.conversation_id),
+        }
+        for s in states
+    ]
     return {"operations": items, "next": states[-1].operation_id if len(states) == limit else None}

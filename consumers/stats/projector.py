@@ -39,7 +39,11 @@ conversations = sa.Table(
     sa.Column("duration_s", sa.Float, nullable=False),
     sa.Column("annotations", sa.Text, nullable=False, doc="JSON: ids of the seq-0 events counted."),
     sa.Column("last_id", sa.String(200), doc="Id of the event at last_seq (tells a conflict)."),
+    sa.Column("parent_conversation_id", sa.String(200), doc="The parent of a delegated child; null: a root."),
+    sa.Column("parent_operation_id", sa.String(600), doc="The parent's operation that started the child."),
+    sa.Column("delegation_depth", sa.Integer, nullable=False, doc="Depth in the task tree (0: a root)."),
     sa.Index("stats_conversations_tenant", "tenant_id", "last_us", "conversation_id"),
+    sa.Index("stats_conversations_parent", "tenant_id", "parent_conversation_id"),
 )
 """One row per conversation: its statistics."""
 
@@ -51,7 +55,7 @@ class StatsConsumer(ConversationProjector[stats.ConversationStats]):
     """Projector `stats`: counts, tokens, cost, tool calls, errors, status and times per conversation."""
 
     name = "stats"
-    version = 2
+    version = 3
     metadata = metadata
     table = conversations
     digest_of = (DigestOf(conversations),)
@@ -81,6 +85,9 @@ def to_row(state: stats.ConversationStats) -> dict[str, Any]:
         duration_s=state.duration_s,
         annotations=json.dumps(sorted(state.annotations)),
         last_id=state.last_id,
+        parent_conversation_id=state.parent.conversation_id if state.parent else None,
+        parent_operation_id=state.parent.operation_id if state.parent else None,
+        delegation_depth=state.parent.depth if state.parent else 0,
     )
     return row
 
@@ -98,6 +105,11 @@ def from_row(row: Mapping[str, Any]) -> stats.ConversationStats:
         last_timestamp=None if row["last_us"] is None else from_micros(row["last_us"]),
         annotations=frozenset(json.loads(row["annotations"])),
         last_id=row["last_id"],
+        parent=stats.Parent(
+            row["parent_conversation_id"], row["parent_operation_id"], row["delegation_depth"]
+        )
+        if row["parent_conversation_id"]
+        else None,
         usage=stats.Usage(*(row[name] for name in stats.Usage._fields)),
         **{name: row[name] for name in _NUMBERS},
     )

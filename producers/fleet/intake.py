@@ -12,6 +12,7 @@ the record then dead-lettered (`faults`).
 from __future__ import annotations
 
 import logging
+import uuid
 from collections.abc import Callable
 
 from confluent_kafka import Message
@@ -22,6 +23,7 @@ from convdb.infra.limits import HEADROOM, record_limit
 from convdb.infra.logs import log_context
 from convdb.infra.partitioner import partition_for
 from convdb.infra.records import coordinates
+from convdb.producers.delegation import link_from_inbox, report
 from convdb.producers.errors import (
     AgentLoadError,
     AgentMismatchError,
@@ -207,7 +209,7 @@ class Intake:
             conv = admit_command(owner, record) if record.command in HISTORY else owner.admit(record)
         except ConvdbError as exc:
             owner.sink.attach_offset(offset + 1)
-            owner.sink.dead_letter(*self._dead_letter(msg, exc))
+            owner.sink.dead_letter(*self._dead_letter(msg, exc), also=self._rejection(record, exc))
             return
         conv.positions.inbox_offset = offset + 1
         owner.sink.attach_offset(offset + 1, record.id if record.command == "message" else None)
@@ -222,6 +224,19 @@ class Intake:
         owner.sink.commit_offset()
         self.handled += 1
         self.touch()
+
+    def _rejection(self, record: InboxMessage, exc: ConvdbError) -> list[RawRecord]:
+        """A refused child's first record, reported to its parent as `rejected` (with the dead
+        letter, in one transaction): a parent never waits for a child that was never started."""
+        link = link_from_inbox(record)
+        if link is None:
+            return []
+        rejected = report(
+            record.conversation_id, record.tenant_id, link, "rejected", f"{type(exc).__name__}: {exc}",
+            report_id=str(uuid.uuid5(uuid.NAMESPACE_URL, f"{record.id}#rejected")),
+        )  # fmt: skip
+        key = link.parent_conversation_id.encode()
+        return [(self.inbox, key, self.ctx.codec.encode(rejected), [])]
 
     def _dead_letter(self, msg: Message, exc: ConvdbError, *, bare: bool = False) -> RawRecord:
         """Count and log a refused inbox record; its dead letter (DLQ topic, key, value, headers),

@@ -18,7 +18,13 @@ from convdb.infra.partitioner import partition_for
 from convdb.infra.producer import Delivery
 from convdb.infra.settings import Settings
 from convdb.producers.conversation import Conversation
-from convdb.producers.errors import AgentLoadError, AgentMismatchError, UnknownAgentError
+from convdb.producers.delegation import is_derived_child_id, link_from_inbox
+from convdb.producers.errors import (
+    AgentLoadError,
+    AgentMismatchError,
+    DelegationRefusedError,
+    UnknownAgentError,
+)
 from convdb.producers.fleet import external
 from convdb.producers.fleet.limits import check_sizes, fit_dead_letter
 from convdb.producers.fleet.restore import Refused, restore_conversation, restore_partition
@@ -233,6 +239,7 @@ class PartitionOwner:
             state=state, positions=positions, book=self, prefix=prefix, metrics=self.ctx.metrics,
             agent_name=name,
         )  # fmt: skip
+        conv.effects.delegations.partitions = self.ctx.settings.partitions
         self.conversations[cid] = conv
         return conv
 
@@ -246,6 +253,8 @@ class PartitionOwner:
 
         Raises:
             TenantMismatchError: the record names another tenant than the conversation's.
+            DelegationRefusedError: a child's first record whose conversation id is taken by another
+                conversation, or is not the one its parent's operation fixes.
             RecordRefusedError: the record is for a conversation run by the other side.
             UnknownAgentError, AgentLoadError: the agent it names (or its conversation runs)
                 cannot be loaded here.
@@ -253,9 +262,20 @@ class PartitionOwner:
         """
         conv = self.conversations.get(record.conversation_id)
         agent = record.agent if isinstance(record, InboxMessage) else None
+        link = link_from_inbox(record) if isinstance(record, InboxMessage) else None
+        if link is not None and not is_derived_child_id(link.parent_operation_id, record.conversation_id):
+            raise DelegationRefusedError(
+                f"conversation {record.conversation_id} is not the child that operation "
+                f"{link.parent_operation_id} of its parent fixes"
+            )
         if conv is None:
             return self.create(record.conversation_id, record.tenant_id, agent=agent)
         check_owner(conv.tenant_id, record)
+        if link is not None and conv.effects.delegations.link != link:
+            raise DelegationRefusedError(
+                f"conversation {conv.conversation_id} already exists and is not the child of "
+                f"{link.parent_conversation_id}'s operation {link.parent_operation_id}: no child started"
+            )
         external.refuse(conv, record)
         unavailable = self.unavailable.get(conv.conversation_id)
         if unavailable is not None and isinstance(record, InboxMessage):
@@ -328,6 +348,8 @@ class PartitionOwner:
                 continue
             if isinstance(record, Snapshot):
                 saved.append((record.conversation_id, delivery.offset, self.ctx.codec.encode(record)))
+            elif isinstance(record, InboxMessage):
+                continue  # another conversation's inbox (a delegation)
             elif isinstance(record, LedgerRecord):
                 self.effects_end = max(self.effects_end, delivery.offset + 1)
             else:

@@ -16,6 +16,7 @@ import signal
 import sys
 import time
 from collections.abc import Callable
+from datetime import UTC, datetime
 from functools import partial
 from typing import Any, TextIO
 
@@ -39,6 +40,9 @@ from convdb.producers.fleet.trouble import PartitionTrouble
 from convdb.schemas.topics import INBOX
 
 logger = logging.getLogger(__name__)
+
+DEADLINE_CHECK_S = 0.5
+"""How often a runner looks for delegation deadlines that passed."""
 
 
 class StopPoints(CrashPoints):
@@ -101,6 +105,7 @@ class FleetRunner:
         self.at_exit: dict[str, Conversation] = {}
         """The conversations it owned when `serve` returned (their objects stay readable)."""
         self.intake = Intake(ctx, self.owners, self.emit, self._touch)
+        self._next_deadline_check = 0.0
 
     def _touch(self) -> None:
         self.last_activity = time.monotonic()
@@ -195,6 +200,7 @@ class FleetRunner:
                 if self._unsynced:
                     self._resync()
                 self._take_over()
+                self._deadlines()
                 if stop(self):
                     break
                 self.health.beat()
@@ -230,6 +236,31 @@ class FleetRunner:
                     if self._guarded(p, work) is False:
                         break
             self.last_activity = time.monotonic()
+
+    def _deadlines(self) -> None:
+        """Parents whose delegation deadline passed observe what their children reported by then.
+
+        Checked twice a second; a pending deadline counts as work (the runner is not idle).
+        """
+        now = time.monotonic()
+        if now < self._next_deadline_check:
+            return
+        self._next_deadline_check = now + DEADLINE_CHECK_S
+        wall = datetime.now(UTC)
+        for p, owner in list(self.owners.items()):
+            for conv in list(owner.conversations.values()):
+                if conv.status != "running":
+                    continue
+                delegations = conv.effects.delegations
+                deadlines = [d for a in delegations.waiting() if (d := delegations.deadline(a)) is not None]
+                if not deadlines:
+                    continue
+                self._touch()
+                if min(deadlines) > wall:
+                    continue
+                with log_context(conversation_id=conv.conversation_id, tenant_id=conv.tenant_id):
+                    if self._guarded(p, conv.resume) is False:
+                        break
 
     def _guarded(self, partition: int, work: Callable[[], object]) -> bool:
         """Run work for a partition; on a fenced or failed write, set the partition aside.

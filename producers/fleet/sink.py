@@ -88,13 +88,25 @@ class PartitionSink:
         return deliveries
 
     def dead_letter(
-        self, topic: str, key: bytes | None, value: bytes, headers: list[tuple[str, bytes]]
+        self,
+        topic: str,
+        key: bytes | None,
+        value: bytes,
+        headers: list[tuple[str, bytes]],
+        also: Sequence[RawRecord] = (),
     ) -> None:
-        """Write a record to the DLQ together with the pending inbox offset (one transaction)."""
+        """Write a record to the DLQ together with the pending inbox offset (one transaction), and the
+        `also` records (a refused child's report to its parent)."""
         offsets = self._offsets_for([]) if self._event_id is None else None
         metadata = self.consumer.consumer_group_metadata() if offsets and self.consumer else None
+
+        def produce() -> None:
+            self.publisher.produce_raw(topic, key, value, headers)
+            for record in also:
+                self.publisher.produce_raw(*record)
+
         self.publisher.atomic(
-            lambda: self.publisher.produce_raw(topic, key, value, headers),
+            produce,
             offsets,
             metadata,
             step="dead-letter commit",

@@ -73,6 +73,9 @@ def test_demo_story_then_keep_until_ctrl_c(settings: Settings, tmp_path: Path) -
         assert (
             "1 issue created for this operation (its idempotency key), 1 change made by the tracker" in story
         )
+        assert "4. One agent hands three tasks to sub-agents" in story  # the fan-out act, its tree:
+        assert "started 3 child conversations on 3 partitions and read their 3 results back" in story
+        assert story.count("├─") == 2 and story.count("└─") == 1 and "Noted: Check the release notes" in story
         url = re.search(r"Console: (http://[\d.:]+)/", story)
         assert url, story
         with httpx.Client(base_url=url.group(1), timeout=10) as browser:
@@ -87,7 +90,8 @@ def test_demo_story_then_keep_until_ctrl_c(settings: Settings, tmp_path: Path) -
             conversation_id = re.search(r"the conversation (demo-decide-[0-9a-f]+) then finishes", decide)
             assert conversation_id, decide
             listed = browser.get("/").text
-            assert listed.count("data-conversation-id=") == 4  # two tasks, the crash act, the decision
+            # two tasks, the crash act, the fan-out's parent and its three children, the decision
+            assert listed.count("data-conversation-id=") == 8
             crashed = re.search(r'data-conversation-id="(demo-crash-[0-9a-f]+)"', listed)
             assert crashed, listed
             page = browser.get(f"/console/conversations/{crashed.group(1)}").text

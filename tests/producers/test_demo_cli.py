@@ -38,6 +38,9 @@ def test_demo_json_on_the_test_broker(settings: Settings, tmp_path: Path) -> Non
     assert summary["effects_by_status"]["confirmed"] == 6 and summary["unknowns"] == 0
     states = summary["conversation_states"].values()
     assert all(s["agent_says_done"] and s["run_loop_stopped"] and s["effects_all_confirmed"] for s in states)
+    fan_out = summary["delegation"]  # one parent, three children on three partitions, folded back
+    assert fan_out["children"] == fan_out["children_finished"] == fan_out["partitions"] == 3, fan_out
+    assert fan_out["results_in_observation"] == 3 and fan_out["parent_status"] == "finished", fan_out
 
 
 def test_run_prints_the_events_and_bad_input_exits_2(settings: Settings, tmp_path: Path) -> None:

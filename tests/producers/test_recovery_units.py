@@ -20,9 +20,10 @@ from convdb.producers import records as rec
 from convdb.producers._stats import RunStats
 from convdb.producers.agent import Agent
 from convdb.producers.crashpoints import NO_CRASH
-from convdb.producers.effect_protocol import EffectProtocol, Outcome
+from convdb.producers.effect_protocol import EffectProtocol
 from convdb.producers.errors import OutcomeUnknownError
 from convdb.producers.llm import DirectScriptedClient
+from convdb.producers.outcome import Outcome
 from convdb.producers.recovery import Recovery
 from convdb.producers.run_loop import RunLoop
 from convdb.producers.secrets import SecretsRegistry
@@ -94,6 +95,9 @@ class MemoryWriter:
             conversation_id=CID, tenant_id="t", timestamp=datetime.now(UTC), last_seq=self._seq,
             execution_status=self.state.status,
         )  # fmt: skip
+
+    def end_reports(self, status: str, reason: str, seq: int) -> list[AvroModel]:  # noqa: ARG002
+        return []  # a root conversation reports to nobody
 
     def written(self, kind: type) -> list[Any]:
         return [r for r in self.records if isinstance(r, kind)]

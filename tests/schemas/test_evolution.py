@@ -108,26 +108,33 @@ def test_the_agent_fields_read_both_ways(model: type[Any], old: int, added: set[
     """A conversation or inbox message from before agents were named reads with no agent; one that
     names its agent reads on an old reader without it (everything else unchanged)."""
     older = next(v for v in CATALOG.versions if v.name == model.__name__ and v.version == old)
-    newer = next(v for v in CATALOG.versions if v.name == model.__name__ and v.version == old + 1)
-    assert field_names(newer) == [*field_names(older), *sorted(added)]
-    later = set(field_names(CATALOG.latest[model.__name__])) - set(field_names(newer))
-    record = shared_symbols(sample_record(model)).model_copy(update=dict.fromkeys(later))
+    named_in = next(v for v in CATALOG.versions if v.name == model.__name__ and v.version == old + 1)
+    assert field_names(named_in) == [*field_names(older), *sorted(added)]
+    # Fields later versions added read as their defaults too.
+    newer = set(model.model_fields) - set(field_names(older))
+    record = shared_symbols(sample_record(model))
     decoded = SingleObjectCodec().decode(written_by(older, record.__dict__), expect=(model,))
-    assert decoded == record.model_copy(update=dict.fromkeys(added))
+    defaults = {name: model.model_fields[name].get_default(call_default_factory=True) for name in newer}
+    assert decoded == record.model_copy(update=defaults)
     named = record.model_copy(update={name: "shop" for name in added})
     by_old = SingleObjectCodec(CATALOG.restricted(model.__name__, old)).decode(
         SingleObjectCodec().encode(named)
     )
-    assert by_old.model_dump(exclude=added) == named.model_dump(exclude=added)
+    assert by_old.model_dump(exclude=newer) == named.model_dump(exclude=newer)
 
 
-def test_inbox_v3_adds_the_branch_and_fork_commands() -> None:
-    """v3 adds two command symbols and their two optional fields; v2 records read with both null."""
+INBOX_V3 = ["at_seq", "source_conversation_id", "parent_conversation_id", "parent_operation_id",
+            "delegation_depth", "budget_usd", "child_conversation_id", "child_status"]
+
+
+def test_inbox_v3_adds_history_commands_and_delegation_links() -> None:
+    """v3 adds the branch and fork commands and their fields, and a delegated child's links to its
+    parent (and its report's); v2 records read with all of them null."""
     v2, v3 = (v for n in (2, 3) for v in CATALOG.versions if v.name == "InboxMessage" and v.version == n)
-    assert field_names(v3) == [*field_names(v2), "at_seq", "source_conversation_id"]
+    assert field_names(v3) == [*field_names(v2), *INBOX_V3]
     record = shared_symbols(sample_record(InboxMessage))
     decoded = SingleObjectCodec().decode(written_by(v2, record.__dict__), expect=(InboxMessage,))
-    assert decoded == record.model_copy(update={"at_seq": None, "source_conversation_id": None})
+    assert decoded == record.model_copy(update=dict.fromkeys(INBOX_V3))
 
 
 def test_an_old_reader_refuses_a_new_command() -> None:

@@ -16,7 +16,7 @@ from typing import Any
 
 import httpx
 
-from convdb.infra.cli.demo import queue_item
+from convdb.infra.cli.demo import delegation, queue_item
 from convdb.infra.cli.demo.progress import Progress
 from convdb.infra.cli.demo.read import runner_env
 from convdb.infra.cli.demo.story import CrashStory, read_story, tell
@@ -177,12 +177,22 @@ def finish(
                 f"{crash.conversation_id}: {crash.status}, {crash.provider_creations} issue created"
             )
             parts.crash_resume = crash.as_json()
+            # Runner B still serves every partition: the fan-out act runs on it.
+            with progress.waiting("act 3: an agent hands three tasks to sub-agents"):
+                fan_out = delegation.play(api, settings.partitions)
+            progress.line(
+                f"act 3: {fan_out.parent} delegated to {len(fan_out.children)} child conversations and "
+                f"folded their {fan_out.results_in_observation} results back"
+            )
+            parts.delegation = fan_out.as_json()
             summary = summarize()
             if as_json:
                 print(json.dumps(summary), flush=True)
             else:
                 stories = [read_story(api, c) for c in parts.conversation_ids]
-                tell(Console(highlight=False, soft_wrap=True), stories, crash, summary, console_url, keep)
+                console = Console(highlight=False, soft_wrap=True)
+                tell(console, stories, crash, summary, console_url, keep)
+                delegation.tell(console, fan_out, console_url)
             if keep:  # one decision left in the human queue for the user (see `queue_item`)
                 queue_item.leave_one(act, settings, api, console_url, quiet=as_json)
         if keep:

@@ -35,6 +35,7 @@ class DemoParts:
     read_side: dict[str, Any] = field(default_factory=dict)
     archive: dict[str, Any] = field(default_factory=dict)
     crash_resume: dict[str, Any] = field(default_factory=dict)
+    delegation: dict[str, Any] = field(default_factory=dict)
 
 
 def task(index: int) -> str:
@@ -70,6 +71,7 @@ SUMMARY_SECTIONS: list[Callable[[DemoParts], dict[str, Any]]] = [
     lambda p: p.archive,
     lambda p: {"seconds": round(p.seconds, 2), "step_overhead_ms": round(p.step_overhead_ms, 3)},
     lambda p: {"crash_resume": p.crash_resume} if p.crash_resume else {},
+    lambda p: {"delegation": p.delegation} if p.delegation else {},
 ]
 """Sections of the summary, in order; append one to add keys."""
 
