@@ -42,20 +42,24 @@ from langgraph.checkpoint.serde.base import SerializerProtocol
 
 from convdb.infra.errors import FencedError
 from convdb.infra.partitioner import partition_for
-from convdb.infra.reader import read_to_end
+from convdb.infra.reader import read_to_end, reader_consumer
 from convdb.infra.settings import Settings
+from convdb.producers.ledger import EMPTY as LEDGER_EMPTY
+from convdb.producers.ledger import Ledger, fold_ledger
 from convdb.producers.publisher import TransactionalPublisher
 from convdb.projections import graph
 from convdb.projections.graph import ThreadGraph
-from convdb.schemas import Codec, SingleObjectCodec
+from convdb.projections.operation import OperationState
+from convdb.schemas import AvroModel, Codec, LedgerRecord, SingleObjectCodec
 from convdb.schemas.errors import SchemaError
 from convdb.schemas.graph import GraphCheckpoint, GraphDeleted, GraphRecord, GraphWrites
-from convdb.schemas.topics import GRAPH
+from convdb.schemas.topics import EFFECTS, GRAPH, Topic
 from convdb.schemas.validation import check_conversation_id
 
 logger = logging.getLogger(__name__)
 
 T = TypeVar("T")
+V = TypeVar("V", bound=AvroModel)
 
 
 def graph_transactional_id(settings: Settings, partition: int) -> str:
@@ -91,6 +95,8 @@ class ConvdbSaver(BaseCheckpointSaver[str]):
         self._writers: dict[int, TransactionalPublisher] = {}
         self._fenced: dict[int, FencedError] = {}
         self._threads: dict[str, ThreadGraph] = {}
+        self._ledgers: dict[str, Ledger] = {}
+        self._effects_read: set[int] = set()
 
     # -- partitions: ownership, restore, commit ---------------------------------------------
     def partition_of(self, thread_id: str) -> int:
@@ -112,17 +118,40 @@ class ConvdbSaver(BaseCheckpointSaver[str]):
             self._writers[partition] = writer
         return writer
 
+    def open(self, thread_ids: Sequence[str] | None = None) -> None:
+        """Take the partitions of `thread_ids` (every partition when None) now, not at first use:
+        a saver that serves a graph at once (or a partition's owner) pays the takeover up front."""
+        with self._lock:
+            if thread_ids is None:
+                self._all_threads()
+            for thread_id in thread_ids or ():
+                self._thread(thread_id)
+
     def _restore(self, partition: int) -> None:
-        start = TopicPartition(self.topic, partition, OFFSET_BEGINNING)
-        read = read_to_end(self.settings, [start], purpose="graph-restore")[(self.topic, partition)]
-        for msg in read.records:
-            try:
-                record = self.codec.decode(msg.value() or b"", expect=GRAPH.value_types)
-            except SchemaError as exc:
-                logger.error("graph topic [%d] offset %s: record skipped: %s", partition, msg.offset(), exc)
-                continue
+        """Fold the partition's committed graph records."""
+        for record in self._read_partition(GRAPH, partition):
             cid = record.conversation_id
             self._threads[cid] = graph.fold(self._threads.get(cid, graph.EMPTY), record)
+
+    def _read_partition(self, topic: Topic[V], partition: int) -> builtins.list[V]:
+        """The committed records of one partition of a topic (none to read: the watermarks say so at once)."""
+        name = topic.name(self.settings.namespace)
+        consumer = reader_consumer(self.settings, "graph-watermarks")
+        try:
+            low, high = consumer.get_watermark_offsets(TopicPartition(name, partition), timeout=10.0)
+        finally:
+            consumer.close()
+        if high <= low:
+            return []
+        start = TopicPartition(name, partition, OFFSET_BEGINNING)
+        read = read_to_end(self.settings, [start], purpose="graph-restore")[(name, partition)]
+        found = []
+        for msg in read.records:
+            try:
+                found.append(self.codec.decode(msg.value() or b"", expect=topic.value_types))
+            except SchemaError as exc:
+                logger.error("%s[%d] offset %s: record skipped: %s", name, partition, msg.offset(), exc)
+        return found
 
     def _thread(self, thread_id: str) -> ThreadGraph:
         """A thread's folded state (its partition owned and restored first)."""
@@ -135,23 +164,52 @@ class ConvdbSaver(BaseCheckpointSaver[str]):
             self._own(partition)
         return self._threads
 
+    def _publish(self, partition: int, records: Sequence[tuple[Topic[Any], AvroModel]]) -> None:
+        """One transaction on the partition's writer; a fenced writer is dropped for good."""
+        writer = self._own(partition)
+        try:
+            writer.publish_atomic(records)
+        except FencedError as exc:
+            self._fenced[partition] = exc
+            del self._writers[partition]
+            raise
+
     def _commit(self, records: Sequence[GraphRecord]) -> None:
         """Make records durable, one transaction per partition, then fold them."""
         by_partition: dict[int, list[GraphRecord]] = {}
         for record in records:
             by_partition.setdefault(self.partition_of(record.conversation_id), []).append(record)
         for partition, group in by_partition.items():
-            writer = self._own(partition)
-            try:
-                writer.publish_atomic([(GRAPH, r) for r in group])
-            except FencedError as exc:
-                self._fenced[partition] = exc
-                del self._writers[partition]
-                raise
+            self._publish(partition, [(GRAPH, r) for r in group])
             for r in group:
                 self._threads[r.conversation_id] = graph.fold(
                     self._threads.get(r.conversation_id, graph.EMPTY), r
                 )
+
+    # -- the effect ledger of a thread (`convdb.langgraph.effect`) --------------------------------
+    def operation(self, thread_id: str, operation_id: str) -> OperationState | None:
+        """The ledger state of one operation of the thread (its partition's effects read first)."""
+        with self._lock:
+            self._thread(thread_id)
+            partition = self.partition_of(thread_id)
+            if partition not in self._effects_read:
+                for record in self._read_partition(EFFECTS, partition):
+                    cid = record.conversation_id
+                    self._ledgers[cid] = fold_ledger(self._ledgers.get(cid, LEDGER_EMPTY), record)
+                self._effects_read.add(partition)
+            return self._ledgers.get(thread_id, LEDGER_EMPTY).get(operation_id)
+
+    def commit_ledger(self, thread_id: str, records: Sequence[LedgerRecord]) -> OperationState | None:
+        """Make ledger records durable on the effects topic through the thread's fenced writer, fold
+        them with the operation machine, and return the operation's new state."""
+        with self._lock:
+            self.operation(thread_id, records[0].operation_id)
+            self._publish(self.partition_of(thread_id), [(EFFECTS, r) for r in records])
+            ledger = self._ledgers.get(thread_id, LEDGER_EMPTY)
+            for record in records:
+                ledger = fold_ledger(ledger, record)
+            self._ledgers[thread_id] = ledger
+            return ledger.get(records[0].operation_id)
 
     def _fields(self, thread_id: str) -> dict[str, Any]:
         return {
@@ -506,3 +564,5 @@ class ConvdbSaver(BaseCheckpointSaver[str]):
                 writer.flush(5.0)
             self._writers.clear()
             self._threads.clear()
+            self._ledgers.clear()
+            self._effects_read.clear()
