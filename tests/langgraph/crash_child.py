@@ -6,7 +6,8 @@ SAVER: `sqlite` (LangGraph's SqliteSaver, the charge unwrapped) or `convdb` (Con
 charge under `@effect`, with a provider lookup unless `CRASH_NO_LOOKUP=1`). ACTION: `run` (a
 first invoke), `resume` (`invoke(None)`), or `decide` (`Command(resume=...)` for an unknown
 charge). STORE: the SQLite file, or the convdb Settings fields as JSON. `CRASH_AT` names where
-the run stops to be SIGKILLed by its parent: `before_call` (the ledger says started, the provider
+the run stops to be SIGKILLed by its parent: `before_effect` (the node runs, the charge is not
+asked for yet), `before_call` (the ledger says started, the provider
 has not been called), `after_call` (the provider charged, nothing recorded it), `after_confirmed`
 (the charge is confirmed, the node has not returned, its writes are not saved). The provider is
 the file `WORKDIR/provider.log`, one line per charge; the process writes `WORKDIR/paused` when it
@@ -42,10 +43,15 @@ class Order(TypedDict):
 
 
 def pause_here(point: str) -> None:
-    """Wait to be SIGKILLed when the run was asked to stop at `point`."""
+    """Wait to be SIGKILLed when the run was asked to stop at `point`; a zombie (`CRASH_WAKE=1`)
+    waits for the file `WORKDIR/wake` instead, and goes on."""
     if CRASH_AT == point:
         (WORK / "paused").write_text(point)
-        time.sleep(120)
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            if os.environ.get("CRASH_WAKE") and (WORK / "wake").exists():
+                return
+            time.sleep(0.05)
         raise SystemExit("never killed")
 
 
@@ -85,6 +91,7 @@ def build(saver: BaseCheckpointSaver[Any], wrapped: bool) -> Any:
         return {"log": ["fast"]}
 
     def slow(_: Order) -> dict[str, list[str]]:
+        pause_here("before_effect")
         receipt = charge_card(42) if wrapped else provider_charge("-")
         pause_here("after_confirmed")
         return {"log": [f"slow:{receipt['charge_id']}"]}

@@ -126,3 +126,34 @@ def test_an_irreversible_charge_without_lookup_goes_to_a_human_then_finishes(
     done = finish("convdb", "decide", tmp_path, store, CRASH_NO_LOOKUP="1", CRASH_DECISION=decision)
     assert done["interrupts"] == [] and done["log"][-1] == "finish" and "slow:ch-1" in done["log"]
     assert len(charges(tmp_path)) == 1
+
+
+@pytest.mark.kafka
+@pytest.mark.brokers
+@pytest.mark.slow_on("apache")
+def test_a_zombie_that_wakes_after_the_takeover_is_fenced_before_it_reaches_the_provider(
+    settings: Settings, tmp_path: Path
+) -> None:
+    """A process frozen (SIGSTOP) in its `slow` step; another resumes the thread and charges; the
+    frozen one wakes and goes on with its step: its next write through the partition's writer is
+    refused (FencedError), and it never calls the provider."""
+    store = store_of(settings)
+    zombie = child("convdb", "run", tmp_path, store, CRASH_AT="before_effect", CRASH_WAKE="1")
+    try:
+        wait_until(lambda: (tmp_path / "paused").exists() or zombie.poll() is not None, timeout=60)
+        assert zombie.poll() is None, zombie.communicate()
+        zombie.send_signal(signal.SIGSTOP)
+
+        result = finish("convdb", "resume", tmp_path, store)  # the new owner takes the partition
+        assert result["log"][-1] == "finish" and "slow:ch-1" in result["log"]
+        assert len(charges(tmp_path)) == 1
+
+        (tmp_path / "wake").write_text("")
+        zombie.send_signal(signal.SIGCONT)
+        _, err = zombie.communicate(timeout=60)
+    finally:
+        if zombie.poll() is None:
+            zombie.kill()
+            zombie.communicate()
+    assert zombie.returncode != 0 and "FencedError" in err, err
+    assert len(charges(tmp_path)) == 1  # the zombie never reached the provider
