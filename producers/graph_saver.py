@@ -22,7 +22,7 @@ import builtins
 import logging
 import threading
 import uuid
-from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any, TypeVar
 
@@ -35,6 +35,8 @@ from langgraph.checkpoint.base import (
     Checkpoint,
     CheckpointMetadata,
     CheckpointTuple,
+    DeltaChannelHistory,
+    PendingWrite,
     get_checkpoint_id,
     get_checkpoint_metadata,
 )
@@ -304,6 +306,46 @@ class ConvdbSaver(BaseCheckpointSaver[str]):
                         found.append(self._tuple(thread_id, state, record))
             return found
 
+    def get_delta_channel_history(
+        self, *, config: RunnableConfig, channels: Sequence[str]
+    ) -> Mapping[str, DeltaChannelHistory]:
+        """Each channel's writes along the checkpoint's parent chain, back to the nearest ancestor
+        that stores a value for it (its seed), from the fold's index: no ancestor is loaded whole."""
+        if not channels:
+            return {}
+        thread_id = config["configurable"]["thread_id"]
+        ns = config["configurable"].get("checkpoint_ns", "")
+        collected: dict[str, builtins.list[PendingWrite]] = {c: [] for c in channels}
+        seeds: dict[str, Any] = {}
+        remaining = set(channels)
+        with self._lock:
+            state = self._thread(thread_id)
+            for record in graph.ancestors(state, ns, get_checkpoint_id(config)):
+                if not remaining:
+                    break
+                versions = self.serde.loads_typed((record.checkpoint_type, record.checkpoint))[
+                    "channel_versions"
+                ]
+                found_here: dict[str, Any] = {}
+                for channel in remaining:
+                    version = versions.get(channel)
+                    stored = None if version is None else graph.blob(state, ns, channel, str(version))
+                    if stored is not None and stored[0] != "empty":
+                        found_here[channel] = self.serde.loads_typed(stored)
+                for w in reversed(graph.pending_writes(state, (ns, record.checkpoint_id))):
+                    if w.channel in remaining:
+                        value = self.serde.loads_typed((w.value_type, w.value))
+                        collected[w.channel].append((w.task_id, w.channel, value))
+                seeds.update(found_here)
+                remaining -= set(found_here)
+        result: dict[str, DeltaChannelHistory] = {}
+        for channel in channels:
+            entry: DeltaChannelHistory = {"writes": builtins.list(reversed(collected[channel]))}
+            if channel in seeds:
+                entry["seed"] = seeds[channel]
+            result[channel] = entry
+        return result
+
     # -- writes -------------------------------------------------------------------------------
     def put(
         self,
@@ -540,6 +582,12 @@ class ConvdbSaver(BaseCheckpointSaver[str]):
     ) -> None:
         """`put_writes` off the event loop."""
         await self._run(self.put_writes, config, writes, task_id, task_path)
+
+    async def aget_delta_channel_history(
+        self, *, config: RunnableConfig, channels: Sequence[str]
+    ) -> Mapping[str, DeltaChannelHistory]:
+        """`get_delta_channel_history` off the event loop."""
+        return await self._run(self.get_delta_channel_history, config=config, channels=channels)
 
     async def adelete_thread(self, thread_id: str) -> None:
         """`delete_thread` off the event loop."""

@@ -130,3 +130,18 @@ def pending_writes(state: ThreadGraph, key: CheckpointKey) -> list[Write]:
 def blob(state: ThreadGraph, ns: str, channel: str, version: str) -> tuple[str, bytes] | None:
     """The (serde type, bytes) of a channel at a version, or None when never written."""
     return state.blobs.get((ns, channel, version))
+
+
+def ancestors(state: ThreadGraph, ns: str, checkpoint_id: str | None) -> list[GraphCheckpoint]:
+    """The parent chain of a checkpoint (the namespace's latest when None), nearest first, itself
+    excluded; it stops at the root or at a parent that is not (or no longer) there."""
+    target = state.checkpoints.get((ns, checkpoint_id)) if checkpoint_id else latest(state, ns)
+    chain: list[GraphCheckpoint] = []
+    current = target.parent_checkpoint_id if target else None
+    while current is not None:
+        record = state.checkpoints.get((ns, current))
+        if record is None:
+            break
+        chain.append(record)
+        current = record.parent_checkpoint_id
+    return chain

@@ -110,3 +110,12 @@ def test_tombstones_hide_checkpoints_and_their_writes() -> None:
         GraphDeleted(id="e", conversation_id="t", tenant_id="x", timestamp=T0, reason="x", whole_thread=True),
     )
     assert gone.empty and graph.latest(gone, "") is None
+
+
+def test_ancestors_walk_the_parent_chain_of_a_branch_only() -> None:
+    state = fold(
+        checkpoint("1"), checkpoint("2", parent="1"), checkpoint("3", parent="2"), checkpoint("4", parent="2")
+    )
+    assert [r.checkpoint_id for r in graph.ancestors(state, "", "3")] == ["2", "1"]
+    assert [r.checkpoint_id for r in graph.ancestors(state, "", None)] == ["2", "1"]  # the latest is "4"
+    assert graph.ancestors(state, "", "missing") == [] and graph.ancestors(state, "", "1") == []
