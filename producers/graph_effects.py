@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import functools
 import json
-import uuid
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any, ParamSpec, TypeVar
@@ -27,7 +26,7 @@ from langgraph.config import get_config
 from langgraph.types import interrupt
 
 from convdb.producers.errors import EffectError, OutcomeUnknownError
-from convdb.producers.graph_saver import ConvdbSaver
+from convdb.producers.graph_saver import ConvdbSaver, record_id
 from convdb.producers.tools.base import canonical_json, intent_hash
 from convdb.projections.operation import OperationState, OperationStatus
 from convdb.projections.settlement import LookupResult, Step, next_step, settle
@@ -60,7 +59,7 @@ class _Call:
 
     def _fields(self) -> dict[str, Any]:
         return {
-            "id": str(uuid.uuid4()),
+            "id": record_id(),
             "operation_id": self.operation_id,
             "conversation_id": self.thread_id,
             "tenant_id": self.saver.tenant_id,

@@ -20,13 +20,14 @@ from __future__ import annotations
 import asyncio
 import builtins
 import logging
+import os
 import threading
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any, TypeVar
 
-from confluent_kafka import OFFSET_BEGINNING, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import (
     WRITES_IDX_MAP,
@@ -43,8 +44,9 @@ from langgraph.checkpoint.base import (
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
 from convdb.infra.errors import FencedError
+from convdb.infra.kafka import common_config
 from convdb.infra.partitioner import partition_for
-from convdb.infra.reader import read_to_end, reader_consumer
+from convdb.infra.reader import read_to_end
 from convdb.infra.settings import Settings
 from convdb.producers.ledger import EMPTY as LEDGER_EMPTY
 from convdb.producers.ledger import Ledger, fold_ledger
@@ -67,6 +69,13 @@ V = TypeVar("V", bound=AvroModel)
 def graph_transactional_id(settings: Settings, partition: int) -> str:
     """The transactional id of a standalone saver's writes to one partition (any saver's)."""
     return f"{settings.namespace}.graph.{partition}"
+
+
+def record_id() -> str:
+    """A fresh record id (UUID text) from the OS's randomness, not `uuid.uuid4`: a graph's own code
+    (and LangGraph's tests) may patch `uuid4` to make its message ids deterministic, and a saver
+    drawing from that sequence would shift them."""
+    return str(uuid.UUID(bytes=os.urandom(16), version=4))
 
 
 def _config(thread_id: str, ns: str, checkpoint_id: str) -> RunnableConfig:
@@ -138,7 +147,9 @@ class ConvdbSaver(BaseCheckpointSaver[str]):
     def _read_partition(self, topic: Topic[V], partition: int) -> builtins.list[V]:
         """The committed records of one partition of a topic (none to read: the watermarks say so at once)."""
         name = topic.name(self.settings.namespace)
-        consumer = reader_consumer(self.settings, "graph-watermarks")
+        consumer = Consumer(
+            {**common_config(self.settings), "group.id": f"{self.settings.namespace}.graph-{record_id()}"}
+        )
         try:
             low, high = consumer.get_watermark_offsets(TopicPartition(name, partition), timeout=10.0)
         finally:
@@ -215,7 +226,7 @@ class ConvdbSaver(BaseCheckpointSaver[str]):
 
     def _fields(self, thread_id: str) -> dict[str, Any]:
         return {
-            "id": str(uuid.uuid4()),
+            "id": record_id(),
             "conversation_id": thread_id,
             "tenant_id": self.tenant_id,
             "timestamp": datetime.now(UTC),
@@ -429,7 +440,7 @@ class ConvdbSaver(BaseCheckpointSaver[str]):
             number = current
         else:
             number = int(str(current).split(".")[0])
-        return f"{number + 1:032}.{uuid.uuid4().hex[:16]}"
+        return f"{number + 1:032}.{os.urandom(8).hex()}"
 
     # -- deletion and copies: tombstones and copied records -----------------------------------
     def _tombstone(self, thread_id: str, reason: str, keys: Sequence[tuple[str, str]] | None) -> GraphDeleted:

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import os
-import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -24,7 +23,8 @@ from convdb.schemas.topics import GRAPH
 def convdb_saver() -> Iterator[ConvdbSaver]:
     """A saver on a graph topic of its own, closed after the test."""
     fields = json.loads(os.environ["CONVDB_SUITE_SETTINGS"])
-    settings = Settings(_env_file=None, namespace=f"lg{uuid.uuid4().hex[:12]}", **fields)  # type: ignore[call-arg]
+    # Not uuid.uuid4: LangGraph's tests patch it to number their message ids.
+    settings = Settings(_env_file=None, namespace=f"lg{os.urandom(6).hex()}", **fields)  # type: ignore[call-arg]
     apply_topics(settings, (GRAPH,))
     saver = ConvdbSaver(settings)
     saver.open()  # its partitions taken before the graph runs, as a runner owns them before it runs one
