@@ -27,7 +27,7 @@ from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any, TypeVar
 
-from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, TopicPartition
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import (
     WRITES_IDX_MAP,
@@ -43,7 +43,7 @@ from langgraph.checkpoint.base import (
 )
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
-from convdb.infra.errors import FencedError
+from convdb.infra.errors import FencedError, InfraError
 from convdb.infra.kafka import common_config
 from convdb.infra.partitioner import partition_for
 from convdb.infra.reader import read_to_end
@@ -152,6 +152,8 @@ class ConvdbSaver(BaseCheckpointSaver[str]):
         )
         try:
             low, high = consumer.get_watermark_offsets(TopicPartition(name, partition), timeout=10.0)
+        except KafkaException as exc:
+            raise InfraError(f"cannot read {name}[{partition}] (run `convdb topics apply`): {exc}") from exc
         finally:
             consumer.close()
         if high <= low:

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import pytest
 
-from convdb.infra.errors import FencedError
+from convdb.infra.errors import FencedError, InfraError
 from convdb.infra.settings import Settings
 from convdb.langgraph import ConvdbSaver
 from tests.langgraph.graphs import counter_graph
@@ -82,3 +84,10 @@ def test_sync_deletion_prune_and_copy(settings: Settings) -> None:
 def test_a_thread_id_that_is_not_a_conversation_id_is_refused(settings: Settings) -> None:
     with pytest.raises(ValueError, match="thread_id"):
         ConvdbSaver(settings).get_tuple(config("a/b"))
+
+
+def test_a_namespace_without_the_graph_topic_is_named_in_the_error(
+    make_settings: Callable[..., Settings],
+) -> None:
+    with pytest.raises(InfraError, match=r"graph\[\d\].*convdb topics apply"):
+        ConvdbSaver(make_settings()).get_tuple(config("t1"))  # no topic was created
