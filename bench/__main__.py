@@ -38,6 +38,7 @@ BENCHMARKS: tuple[str, ...] = (
     "step",
     "console",
     "ingest",
+    "langgraph",
 )
 """Registered benchmarks: each is a module `bench.<name>` with `FIGURES` and `run(ctx) -> Figures`."""
 

@@ -15,6 +15,7 @@ from convdb.schemas._types import (
     ReceiptStatus,
     Resolution,
 )
+from convdb.schemas.graph import GRAPH_TYPES
 
 
 class LedgerRecord(AvroModel):
@@ -238,6 +239,7 @@ LEDGER_TYPES: tuple[type[LedgerRecord], ...] = get_args(get_args(LedgerEvent)[0]
 
 RECORD_TYPES: tuple[type[AvroModel], ...] = (
     *LEDGER_TYPES,
+    *GRAPH_TYPES,
     Receipt,
     InboxMessage,
     ExternalBatch,

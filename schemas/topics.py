@@ -7,6 +7,7 @@ from typing import Any, Generic, TypeVar
 
 from convdb.schemas._types import AvroModel
 from convdb.schemas.events import EVENT_TYPES, Event
+from convdb.schemas.graph import GRAPH_TYPES, GraphRecord
 from convdb.schemas.records import LEDGER_TYPES, ExternalBatch, InboxMessage, LedgerRecord, Receipt, Snapshot
 
 V = TypeVar("V", bound=AvroModel)
@@ -54,6 +55,12 @@ RECEIPTS: Topic[Receipt] = Topic(
 EFFECTS: Topic[LedgerRecord] = Topic(
     "effects", LEDGER_TYPES, {"cleanup.policy": "delete"}, "effect-ledger transitions"
 )
+GRAPH: Topic[GraphRecord] = Topic(
+    "graph",
+    GRAPH_TYPES,  # type: ignore[arg-type]
+    {"cleanup.policy": "delete", "retention.ms": "-1"},
+    "LangGraph checkpoints, task writes and tombstones, keyed by thread (= conversation) id",
+)
 DLQ: Topic[AvroModel] = Topic(
     "dlq",
     (),
@@ -61,5 +68,5 @@ DLQ: Topic[AvroModel] = Topic(
     "undecodable or invalid records, original bytes + error headers",
 )
 
-ALL_TOPICS: tuple[Topic[Any], ...] = (EVENTS, STATE, INBOX, RECEIPTS, EFFECTS, DLQ)
+ALL_TOPICS: tuple[Topic[Any], ...] = (EVENTS, STATE, INBOX, RECEIPTS, EFFECTS, GRAPH, DLQ)
 """Every topic; all share one partition count so joined topics are co-partitioned."""

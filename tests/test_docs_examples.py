@@ -55,3 +55,25 @@ def test_shop_example_runs_with_convdb_run_and_its_report_reads_the_providers(se
     )  # fmt: skip
     assert unknown.returncode == 2, unknown.stderr
     assert "unknown agent 'no-such-agent'" in unknown.stderr
+
+
+@pytest.mark.kafka
+def test_the_langgraph_example_runs_as_docs_langgraph_says(settings: Settings) -> None:
+    """docs/examples/langgraph/checkout.py: the graph on convdb's saver, its charge under `@effect`."""
+    env = {
+        **{k: v for k, v in os.environ.items() if not k.startswith("CONVDB_")},
+        **direct(settings).to_env(),
+    }
+    example = ROOT / "docs" / "examples" / "langgraph" / "checkout.py"
+    done = subprocess.run(
+        [sys.executable, str(example)], env=env, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    out = json.loads(done.stdout)
+    assert out["receipts"] == [{"charge_id": "ch_1", "customer": "cus_42", "cents": 500}]
+    assert out["checkpoints"] == 3 and out["provider_charges"] == 1
+    again = subprocess.run(
+        [sys.executable, str(example)], env=env, capture_output=True, text=True, timeout=120
+    )
+    assert again.returncode == 0, again.stderr
+    assert len(json.loads(again.stdout)["receipts"]) == 2  # the thread came back from Kafka

@@ -86,12 +86,16 @@ def sample_value(name: str, annotation: Any, index: int) -> Any:
         branch = next(a for a in typing.get_args(annotation) if a is not type(None))
         return sample_value(name, branch, index)
     if origin is tuple:
+        item, _ellipsis = typing.get_args(annotation)
+        if item is not str:
+            return (sample_value(name, item, index), sample_value(name, item, index + 1))
         return (f"{name}-a", f"{name}-b ✓")
     values: dict[Any, Any] = {
         str: f"{name} #{index} — ünïcødé",
         bool: True,
         int: 1_000_000_007 * (index + 1),
         float: 0.125 * (index + 1),
+        bytes: f"{name} #{index}".encode() + b"\x00\xff",
         AwareDatetime: datetime(2025, 6, 1, 12, 30, index, 123456, tzinfo=UTC),
     }
     return values[annotation]

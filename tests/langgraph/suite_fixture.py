@@ -1,0 +1,34 @@
+"""convdb's saver as a value of LangGraph's `sync_checkpointer` / `async_checkpointer` fixtures.
+
+Copied next to LangGraph's own tests (as `convdb_suite_fixture.py`) by `test_langgraph_suite.py`,
+which patches their conftest to call `convdb_saver()`. Each test gets a fresh namespace, as
+LangGraph's own fixtures give each test a fresh database: thread ids such as "1" repeat across
+its tests. `CONVDB_SUITE_SETTINGS` holds the Settings fields (broker) as JSON.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from convdb.infra.kafka import apply_topics
+from convdb.infra.settings import Settings
+from convdb.langgraph import ConvdbSaver
+from convdb.schemas.topics import GRAPH
+
+
+@contextmanager
+def convdb_saver() -> Iterator[ConvdbSaver]:
+    """A saver on a graph topic of its own, closed after the test."""
+    fields = json.loads(os.environ["CONVDB_SUITE_SETTINGS"])
+    # Not uuid.uuid4: LangGraph's tests patch it to number their message ids.
+    settings = Settings(_env_file=None, namespace=f"lg{os.urandom(6).hex()}", **fields)  # type: ignore[call-arg]
+    apply_topics(settings, (GRAPH,))
+    saver = ConvdbSaver(settings)
+    saver.open()  # its partitions taken before the graph runs, as a runner owns them before it runs one
+    try:
+        yield saver
+    finally:
+        saver.close()
