@@ -43,6 +43,7 @@ from convdb.consumers.views.queries import load_state
 from convdb.consumers.views.tables import EVENT_COLUMNS, conversations, events, metadata
 from convdb.infra.settings import Settings
 from convdb.projections import view
+from convdb.projections._sequence import ANNOTATION_SEQ
 from convdb.projections.errors import ProjectionError
 from convdb.projections.view_tip import Tip, extend_tip, tip
 
@@ -114,6 +115,8 @@ class ViewsConsumer(TableProjector):
         full = self._full(conv, row)
         start = _tip_of(conv, row)
         extended = extend_tip(start, [r.value for r in group])  # type: ignore[misc]
+        if extended is not None and _logs_an_annotation_again(connection, conv, group, full):
+            extended = None  # a redelivered annotation: the full fold ignores it, as the pure fold does
         if extended is not None:
             added = range(start.events, extended.events)
             writes.log.extend(_log_row(conv, p, r) for p, r in zip(added, group, strict=True))
@@ -244,6 +247,25 @@ def _row(t: Tip, branch: segments.Segments, last_timestamp: Any) -> dict[str, An
         "branch": segments.encode(branch),
         "updated_us": micros(last_timestamp),
     }
+
+
+def _logs_an_annotation_again(
+    connection: Connection, conv: str, group: list[ConsumedRecord], full: _Full | None
+) -> bool:
+    """Whether an annotation (seq 0) of `group` is logged already: its id is deterministic (a title's,
+    an OpenHands state record's), so a redelivery at another offset carries the same id, which the
+    tip cannot see (`extend_tip`'s precondition). Asked of the cached full view when there is one,
+    else of the log's annotation rows; a group without annotations asks nothing."""
+    ids = {r.value.id for r in group if r.value.seq == ANNOTATION_SEQ}  # type: ignore[attr-defined]
+    if not ids:
+        return False
+    if full is not None:
+        return not ids.isdisjoint(full.positions)
+    c = events.c
+    query = sa.select(c.event_id).where(
+        c.conversation_id == conv, c.seq == ANNOTATION_SEQ, c.event_id.in_(ids)
+    )
+    return connection.execute(query.limit(1)).first() is not None
 
 
 def _log_row(conv: str, position: int, record: ConsumedRecord) -> tuple[Any, ...]:

@@ -36,7 +36,7 @@ from convdb.consumers.views.queries import branch_events, branch_head
 from convdb.consumers.views.tables import conversations as views_table
 from convdb.projections import stats, titles, view
 from convdb.projections.index import SearchQuery, index_row
-from convdb.schemas.events import ActiveLeafChangedEvent, Event
+from convdb.schemas.events import ActiveLeafChangedEvent, Event, TitleEvent
 from convdb.schemas.topics import EVENTS
 from tests.consumers.builders import conversation
 from tests.consumers.conftest import drop_pg_schema, make_pg_schema, require_pg
@@ -190,6 +190,33 @@ class StoreContract:
         rows = [index_row(e) for e in once]
         assert [json.loads(r["payload"]) for r in page.rows] == [r.payload for r in rows]
         assert [r["text"] for r in page.rows] == [r.text for r in rows]
+
+    @pytest.mark.parametrize("views_cache", [50_000, 0])
+    def test_an_annotation_redelivered_in_a_later_batch_is_shown_and_stored_once(
+        self, views_cache: int
+    ) -> None:
+        """A title's id is deterministic, so a redelivery at another offset repeats it: the views'
+        short way (tail appends) must not log it again, with or without a cached full view (a
+        generated history found it storing the payload twice and showing a shorter branch)."""
+        events = conversation("a", 5)
+        title = TitleEvent(
+            id="a:title-1",
+            conversation_id="a",
+            tenant_id=events[0].tenant_id,
+            seq=0,
+            timestamp=events[2].timestamp,
+            source="hook",
+            title="Notes",
+            origin="first_message",
+        )
+        log = [*events[:3], title, events[3], title, events[4]]
+        batches = [records_of(log[:4]), records_of(log[4:], start=4)]
+        with self.fresh_store() as engine:
+            apply_batches(engine, batches, views_cache=views_cache)
+            with engine.connect() as conn:
+                self.assert_answers_as_pure_folds(conn, log)
+                stored = conn.execute(sa.select(sa.func.count()).select_from(event_payloads)).scalar()
+            assert stored == len({e.id for e in log}) == 6
 
     def test_a_retried_event_with_the_leafs_id_is_folded_as_the_pure_fold_does(self) -> None:
         """The leaf's id again on the next seq: the tip sees it, the full fold ignores it."""
