@@ -136,33 +136,49 @@ def test_a_large_webhook_post_never_holds_the_api_event_loop(stack: RunnerStack)
     and redacting it take the better part of a second of CPU, on a worker thread, while the
     API's event loop goes on answering."""
     cid = openhands_id(0, stack.settings)
-    batch = []
-    for _ in range(1000):
-        event = json.loads(json.dumps(SAMPLE[1]))
-        event.update(id=str(uuid.uuid4()), parent_id=None, extended_content=[[0] * 2500])
-        batch.append(event)
-    body = json.dumps(batch, separators=(",", ":"))
-    assert len(body) < stack.settings.openhands.max_body_bytes
+
+    def large_batch() -> str:
+        batch = []
+        for _ in range(1000):
+            event = json.loads(json.dumps(SAMPLE[1]))
+            event.update(id=str(uuid.uuid4()), parent_id=None, extended_content=[[0] * 2500])
+            batch.append(event)
+        body = json.dumps(batch, separators=(",", ":"))
+        assert len(body) < stack.settings.openhands.max_body_bytes
+        return body
+
     url = f"/openhands/webhooks/events/{uuid.UUID(cid).hex}"
-    answers: list[tuple[httpx.Response, float]] = []
 
-    def post() -> None:
-        started = time.monotonic()
-        answer = stack.call("POST", url, ACME, content=body)
-        answers.append((answer, time.monotonic() - started))
+    def post_while_polling() -> tuple[float, float]:
+        """Post the batch while /healthz is asked in a loop: (slowest /healthz, the post's seconds)."""
+        answers: list[tuple[httpx.Response, float]] = []
+        body = large_batch()
 
-    worker = threading.Thread(target=post)
-    worker.start()
-    slowest = 0.0
-    while worker.is_alive():
-        started = time.monotonic()
-        assert httpx.get(f"{stack.api_url}/healthz", timeout=30).status_code == 200
-        slowest = max(slowest, time.monotonic() - started)
-    worker.join()
-    ((answer, seconds),) = answers
-    assert answer.status_code == 200 and answer.json()["events"] == 1000, answer.text
+        def post() -> None:
+            started = time.monotonic()
+            answer = stack.call("POST", url, ACME, content=body)
+            answers.append((answer, time.monotonic() - started))
+
+        worker = threading.Thread(target=post)
+        worker.start()
+        slowest = 0.0
+        while worker.is_alive():
+            started = time.monotonic()
+            assert httpx.get(f"{stack.api_url}/healthz", timeout=30).status_code == 200
+            slowest = max(slowest, time.monotonic() - started)
+        worker.join()
+        ((answer, seconds),) = answers
+        assert answer.status_code == 200 and answer.json()["events"] == 1000, answer.text
+        return slowest, seconds
+
     # A worker thread still holds the GIL for each C call (json.loads of the 8 MB takes a few
     # hundred ms, more on a loaded machine), so the bound scales with the post; with the work on
-    # the event loop, /healthz waited for all of it (1.06 s of a 3 s post on an idle machine).
-    bound = max(0.5, seconds / 4)
+    # the event loop, /healthz waited for all of it (1.06 s of a 3 s post on an idle machine), on
+    # every post. A loaded machine can stretch one C call past the bound, so a second post of a
+    # thousand new events decides.
+    for _attempt in range(2):
+        slowest, seconds = post_while_polling()
+        bound = max(0.5, seconds / 4)
+        if slowest < bound:
+            break
     assert slowest < bound, f"/healthz took {slowest:.2f}s during a {seconds:.2f}s webhook post"

@@ -123,8 +123,16 @@ def test_the_agent_fields_read_both_ways(model: type[Any], old: int, added: set[
     assert by_old.model_dump(exclude=newer) == named.model_dump(exclude=newer)
 
 
-INBOX_V3 = ["at_seq", "source_conversation_id", "parent_conversation_id", "parent_operation_id",
-            "delegation_depth", "budget_usd", "child_conversation_id", "child_status"]
+INBOX_V3 = [
+    "at_seq",
+    "source_conversation_id",
+    "parent_conversation_id",
+    "parent_operation_id",
+    "delegation_depth",
+    "budget_usd",
+    "child_conversation_id",
+    "child_status",
+]
 
 
 def test_inbox_v3_adds_history_commands_and_delegation_links() -> None:
