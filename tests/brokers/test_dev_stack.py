@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from convdb.infra.procs import pid_alive
+from convdb.schemas.topics import ALL_TOPICS
 from tests.infra.test_cli import convdb
 
 pytestmark = pytest.mark.kafka
@@ -25,7 +26,7 @@ def test_dev_up_apache_status_topics_down(tmp_path: Path) -> None:
         assert info["state"] == "up" and info["broker_kind"] == "apache" and pid_alive(info["broker_pid"])
         listed = convdb(env, "topics", "list")  # found through the data dir alone
         assert listed.returncode == 0, listed.stderr
-        assert len(listed.stdout.splitlines()) == 6
+        assert len(listed.stdout.splitlines()) == len(ALL_TOPICS)
         run = convdb({**env, "CONVDB_LLM__SCRIPTED_BACKEND": "direct"}, "run", "say hello", timeout=120)
         assert run.returncode == 0 and "finished" in run.stdout, run.stderr
     finally:

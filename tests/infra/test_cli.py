@@ -17,6 +17,7 @@ from convdb.infra.settings import Settings
 from convdb.producers.publisher import EventPublisher
 from convdb.schemas import MessageEvent, ObservationEvent, SingleObjectCodec
 from convdb.schemas._types import AvroModel
+from convdb.schemas.topics import ALL_TOPICS
 from tests.helpers import new_id, now
 
 pytestmark = pytest.mark.kafka
@@ -139,13 +140,15 @@ def test_bad_flags_exit_2_with_a_message(settings: Settings, args: list[str], me
     assert result.stdout == ""
 
 
-def test_topics_apply_is_idempotent_and_list_shows_the_six(make_settings: Callable[..., Settings]) -> None:
+def test_topics_apply_is_idempotent_and_list_shows_every_topic(
+    make_settings: Callable[..., Settings],
+) -> None:
     env = make_settings().to_env()
     first = convdb(env, "topics", "apply")
     second = convdb(env, "topics", "apply")
     assert first.returncode == second.returncode == 0, first.stderr + second.stderr
     ns = env["CONVDB_NAMESPACE"]
-    names = [f"{ns}.{s}" for s in ("dlq", "effects", "events", "inbox", "receipts", "state")]
+    names = [f"{ns}.{s}" for s in ("dlq", "effects", "events", "graph", "inbox", "receipts", "state")]
     assert sorted(line.split("\t") for line in first.stdout.splitlines()) == [[n, "created"] for n in names]
     assert sorted(line.split("\t") for line in second.stdout.splitlines()) == [[n, "exists"] for n in names]
     listed = convdb(env, "topics", "list")
@@ -185,7 +188,7 @@ def test_dev_up_status_down(tmp_path: Path) -> None:
         # Later commands find the stack through the data dir alone.
         listed = convdb(env, "topics", "list")
         assert listed.returncode == 0, listed.stderr
-        assert len(listed.stdout.splitlines()) == 6
+        assert len(listed.stdout.splitlines()) == len(ALL_TOPICS)
         assert convdb(env, "dev", "up").stdout == up.stdout  # already up: a no-op
     finally:
         down = convdb(env, "dev", "down", timeout=120)

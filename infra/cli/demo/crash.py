@@ -19,7 +19,7 @@ import httpx
 from convdb.infra.cli.demo import delegation, queue_item
 from convdb.infra.cli.demo.progress import Progress
 from convdb.infra.cli.demo.read import runner_env
-from convdb.infra.cli.demo.story import CrashStory, read_story, tell
+from convdb.infra.cli.demo.story import CrashStory, read_story, tell, tell_keep
 from convdb.infra.errors import InfraError
 from convdb.infra.procs import (
     free_port,
@@ -191,8 +191,10 @@ def finish(
             else:
                 stories = [read_story(api, c) for c in parts.conversation_ids]
                 console = Console(highlight=False, soft_wrap=True)
-                tell(console, stories, crash, summary, console_url, keep)
+                tell(console, stories, crash, summary)
                 delegation.tell(console, fan_out, console_url)
+                if keep:  # last, after every act
+                    tell_keep(console, console_url)
             if keep:  # one decision left in the human queue for the user (see `queue_item`)
                 queue_item.leave_one(act, settings, api, console_url, quiet=as_json)
         if keep:

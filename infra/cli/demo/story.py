@@ -137,10 +137,8 @@ def tell(
     stories: list[Story],
     crash: CrashStory | None,
     extras: dict[str, Any],
-    console_url: str,
-    keep: bool,
 ) -> None:
-    """Print the story (`out` is a rich Console)."""
+    """Print the story (`out` is a rich Console); `tell_keep` ends it with --keep."""
     out.print(
         f"\n[bold]1. {len(stories)} agent conversations[/bold], each sent to the inbox and run by a "
         "fleet runner"
@@ -194,10 +192,13 @@ def tell(
         f"that the console uses; {archive}",
         highlight=False,
     )
-    if keep:
-        # Only with --keep is the console still there once the story is told.
-        out.print(f"\n[bold]Console:[/bold] {console_url}/  (sign in with the API key [bold]demo-key[/bold])")
-        out.print(
-            "The stack keeps running (broker, read side, runner, console). Press Ctrl-C to stop it "
-            "(or `kill -INT` this process)."
-        )
+
+
+def tell_keep(out: Any, console_url: str) -> None:
+    """The story's last lines with --keep: where the console is (only then is it still there once
+    the story is told) and how to stop the stack."""
+    out.print(f"\n[bold]Console:[/bold] {console_url}/  (sign in with the API key [bold]demo-key[/bold])")
+    out.print(
+        "The stack keeps running (broker, read side, runner, console). Press Ctrl-C to stop it "
+        "(or `kill -INT` this process)."
+    )
