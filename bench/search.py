@@ -17,7 +17,7 @@ from bench.filelog import search_log, write_log
 from convdb.consumers.base import ConsumedRecord
 from convdb.consumers.index import IndexConsumer
 from convdb.consumers.index.search import search
-from convdb.consumers.store import open_engine
+from convdb.consumers.store import ensure_projections, open_engine
 from convdb.projections.index import SearchQuery
 from convdb.schemas import EventEnvelope
 
@@ -61,8 +61,8 @@ def fill_index(engine_url: str, events: list[EventEnvelope]) -> None:
     records = [
         ConsumedRecord("events", 0, offset, 0, e.conversation_id, e) for offset, e in enumerate(events)
     ]
+    ensure_projections(engine, [projector])  # its tables and the shared payload table
     with engine.begin() as conn:
-        projector.create(conn)
         for start in range(0, len(records), 5000):
             projector.apply(conn, records[start : start + 5000])
     engine.dispose()
