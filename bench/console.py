@@ -23,7 +23,7 @@ from convdb.consumers.base import ConsumedRecord
 from convdb.consumers.effects import EffectsConsumer
 from convdb.consumers.index import IndexConsumer
 from convdb.consumers.stats import StatsConsumer
-from convdb.consumers.store import open_engine
+from convdb.consumers.store import ensure_projections, open_engine
 from convdb.consumers.titles import TitlesConsumer
 from convdb.consumers.views import ViewsConsumer
 from convdb.schemas import (
@@ -202,9 +202,9 @@ def fill(store_url: str, records: list[tuple[str, AvroModel]]) -> None:
         for offset, (topic, value) in enumerate(records)
     ]
     projectors = [ViewsConsumer(), IndexConsumer(), StatsConsumer(), TitlesConsumer(), EffectsConsumer()]
+    ensure_projections(engine, projectors)  # their tables and the shared payload table
     with engine.begin() as conn:
         for projector in projectors:
-            projector.create(conn)
             for start in range(0, len(consumed), 2000):
                 projector.apply(conn, consumed[start : start + 2000])
     engine.dispose()
