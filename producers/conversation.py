@@ -33,7 +33,7 @@ from convdb.producers.run_loop import RunLoop
 from convdb.producers.secrets import SecretsRegistry
 from convdb.producers.sink import RecordSink, topic_of
 from convdb.producers.state import ConversationState, fold, initial, unobserved_actions
-from convdb.producers.status import set_status
+from convdb.producers.status import CANCELLABLE, CANCELLED, set_status
 from convdb.producers.writer import Place, Services
 from convdb.projections.view import path_to_root
 from convdb.schemas import (
@@ -267,6 +267,35 @@ class Conversation:
     def request_pause(self) -> None:
         """Ask a running loop to pause before its next step (thread-safe)."""
         self.loop.pause_requested.set()
+
+    def cancel(self, by: str, also: Callable[[], Sequence[AvroModel]] = list) -> bool:
+        """End the run for good: status `error`, reason `cancelled by <by>` (False: nothing to end).
+
+        One write holds the status change, the rejection of actions waiting for confirmation (a
+        later message does not run them), `also` (the cancels sent on to the children) and a
+        delegated child's end report (`cancelled`), so a redelivered cancel finds all or nothing.
+        An operation waiting for a human stays open: a human's decision on it resumes the run.
+        The runner applies it between runs (a run in progress in another thread is not stopped).
+        """
+        with self._lock:
+            if self.status not in CANCELLABLE:
+                return False
+            pending = (
+                [a for a in self.unobserved_actions() if a.operation_id not in self.ledger]
+                if self.status == "waiting_for_confirmation"
+                else []
+            )
+            reason = f"{CANCELLED} by {by}"
+
+            def first() -> list[AvroModel]:
+                rejected = [
+                    self.new(UserRejectEvent, source="user", action_id=a.id, reason=reason) for a in pending
+                ]
+                return [*rejected, *also()]
+
+            set_status(self, "error", reason, before=first)
+            self.snapshot()
+            return True
 
     def run(self) -> ExecutionStatus:
         """Step until finished, paused, waiting, stuck, or out of iterations/budget."""

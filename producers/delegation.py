@@ -18,6 +18,9 @@ The protocol is the effect protocol's, with children as the provider:
   (its status stays `running`: a takeover checks the condition again) and a late report is
   recorded without a second observation.
 
+Pause, resume and cancel go down the tree (`propagate`): a cancelled child reports `cancelled`
+(its status is `error`, its reason `cancelled by ...`), which its parent counts like any end.
+
 Recursion is bounded by `delegation_max_depth` and width by `delegation_max_children`; a child id
 is derived from the parent's operation, so a child can never be one of its ancestors.
 """
@@ -37,6 +40,7 @@ from convdb.producers import records as rec
 from convdb.producers.errors import ToolArgumentError
 from convdb.producers.outcome import Outcome
 from convdb.producers.state import unobserved_actions
+from convdb.producers.status import CANCELLED
 from convdb.producers.tools.base import ToolResult, canonical_json, intent_hash
 from convdb.producers.tools.delegation import CALL_TARGET, ChildTask, DelegationTool
 from convdb.producers.writer import ConversationWriter, Services
@@ -219,8 +223,11 @@ def split_budget(left: float | None, asked: list[float | None]) -> list[float | 
 
 
 def child_status(status: str, reason: str) -> str:
-    """How a child ended, as its report says (`budget` for an error that is a spent budget)."""
-    return "budget" if status == "error" and reason.startswith("budget") else status
+    """How a child ended, as its report says (`budget` for an error that is a spent budget,
+    `cancelled` for one that is a cancel)."""
+    if status == "error" and reason.startswith("budget"):
+        return "budget"
+    return CANCELLED if status == "error" and reason.startswith(CANCELLED) else status
 
 
 class Delegations:
@@ -497,29 +504,29 @@ class Delegations:
         )
 
     def propagate(self, command: InboxCommand, inbox_id: str) -> int:
-        """Send `command` (pause, resume) on to every child still working, in one write (the
+        """Send `command` (pause, resume, cancel) on to every child still working, in one write (the
         inbox record's offset commits with it: a redelivery after a crash sends it at most again,
         under the same ids). Returns how many children it went to."""
         children = self.open_children()
-        if not children:
-            return 0
-        parent = self.writer.conversation_id
-
-        def build() -> list[AvroModel]:
-            return [
-                InboxMessage(
-                    id=str(uuid.uuid5(_NAMESPACE, f"{inbox_id}#{child}")),
-                    conversation_id=child,
-                    tenant_id=self.writer.tenant_id,
-                    timestamp=datetime.now(UTC),
-                    command=command,
-                    sender=f"conversation:{parent}",
-                )  # fmt: skip
-                for child in children
-            ]
-
-        self.writer.commit(build)
+        if children:
+            self.writer.commit(lambda: self.propagation(command, inbox_id))
         return len(children)
+
+    def propagation(self, command: InboxCommand, inbox_id: str) -> list[AvroModel]:
+        """The records sending `command` on to every child still working (ids derived from the
+        inbox record's: the same on a redelivery)."""
+        parent = self.writer.conversation_id
+        return [
+            InboxMessage(
+                id=str(uuid.uuid5(_NAMESPACE, f"{inbox_id}#{child}")),
+                conversation_id=child,
+                tenant_id=self.writer.tenant_id,
+                timestamp=datetime.now(UTC),
+                command=command,
+                sender=f"conversation:{parent}",
+            )  # fmt: skip
+            for child in self.open_children()
+        ]
 
     def recover(self, action: ActionEvent) -> Outcome:
         """The recovery step of a delegation action without observation (after a crash)."""

@@ -40,15 +40,23 @@ def apply_inbox(conv: Conversation, inbox: InboxMessage, crash: CrashPoints) -> 
             conv.effects.delegations.propagate("pause", inbox.id)
             if conv.status != "running":
                 conv.snapshot()
+        case "cancel":
+            # The whole subtree: every child still working is cancelled too, and reports `cancelled`.
+            delegations = conv.effects.delegations
+            if not conv.cancel(inbox.sender, also=lambda: delegations.propagation("cancel", inbox.id)):
+                delegations.propagate("cancel", inbox.id)  # its run had ended; children may still work
         case "resume" if inbox.child_conversation_id is not None:
-            # A child's report: recorded once; the parent runs on when its wait condition holds.
-            if conv.effects.delegations.receive(inbox) is not None:
+            # A child's report: recorded once; the parent runs on when its wait condition holds,
+            # unless it was cancelled meanwhile (the observation is written, the run stays ended).
+            if conv.effects.delegations.receive(inbox) is not None and conv.status == "running":
                 conv.run()
         case "resume":
             conv.loop.pause_requested.clear()  # a pause not taken yet (a parent waiting) is called off
             conv.effects.delegations.propagate("resume", inbox.id)
-            if conv.status == "waiting_for_confirmation" and inbox.sender.startswith("conversation:"):
-                return  # a parent's resume never approves its child's actions: a user does
+            if inbox.sender.startswith("conversation:") and conv.status not in ("paused", "running"):
+                # A parent's resume never approves its child's actions (a user does), nor restarts
+                # a child whose run ended meanwhile (a cancel, whose report is on its way up).
+                return
             if conv.status == "waiting_for_confirmation":
                 conv.confirm(True)
             elif conv.unobserved_actions():

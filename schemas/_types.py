@@ -42,7 +42,7 @@ Resolution = Literal["confirmed", "failed", "retry"]
 ReceiptStatus = Literal["succeeded", "failed"]
 """The provider's verdict on an operation."""
 
-InboxCommand = Literal["message", "pause", "resume", "resolve", "branch", "fork"]
+InboxCommand = Literal["message", "pause", "resume", "resolve", "branch", "fork", "cancel"]
 """What an inbox record asks the conversation runner to do."""
 
 

@@ -1,4 +1,4 @@
-"""Post a user message (or a pause/resume command) to a conversation: an `InboxMessage` on the inbox
+"""Post a user message (or a pause/resume/cancel command) to a conversation: an `InboxMessage` on the inbox
 topic, durable before 202."""
 
 from __future__ import annotations
@@ -109,6 +109,19 @@ async def post_pause(conversation_id: ConversationIdPath, tenant_id: Tenant, ctx
 async def post_resume(conversation_id: ConversationIdPath, tenant_id: Tenant, ctx: Ctx) -> Accepted:
     """Ask the runner to resume the conversation (or confirm a pending action); 404 unless the tenant's."""
     return await send_to_inbox(ctx, tenant_id, conversation_id, "resume", "", "user", must_exist=True)
+
+
+@router.post(
+    "/conversations/{conversation_id}/cancel",
+    status_code=202,
+    response_model=Accepted,
+    summary="Cancel a run and the task tree below it (a command in the inbox, durable before 202)",
+)
+async def post_cancel(conversation_id: ConversationIdPath, tenant_id: Tenant, ctx: Ctx) -> Accepted:
+    """Ask the runner to end the conversation's run (status `error`, reason `cancelled by user`) and
+    to cancel every child still working below it (each reports `cancelled` to its parent); 404
+    unless the tenant has it."""
+    return await send_to_inbox(ctx, tenant_id, conversation_id, "cancel", "", "user", must_exist=True)
 
 
 async def send_to_inbox(

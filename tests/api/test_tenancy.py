@@ -43,10 +43,21 @@ def test_not_yours_and_does_not_exist_are_the_same_404(world: World) -> None:
         absent = world.client.get(f"/conversations/{missing}{path}", headers=A)
         assert theirs.status_code == absent.status_code == 404
         assert theirs.json()["detail"].replace("b1", "X") == absent.json()["detail"].replace(missing, "X")
-    for command in ("pause", "resume"):
+    for command in ("pause", "resume", "cancel"):
         assert world.client.post(f"/conversations/b1/{command}", headers=A).status_code == 404
         assert world.client.post(f"/conversations/{missing}/{command}", headers=A).status_code == 404
     assert world.client.get("/operations/b1/x", headers=A).status_code == 404
+
+
+def test_a_cancel_is_a_command_in_the_owners_inbox(world: World) -> None:
+    """`POST /cancel` puts one `cancel` record (sent by the user) on the conversation's inbox."""
+    before = len(inbox_of(world, "a2"))
+    found = world.client.post("/conversations/a2/cancel", headers=A)
+    assert found.status_code == 202, found.text
+    sent = inbox_of(world, "a2")[before:]
+    assert [(m.command, m.sender, m.tenant_id, m.id) for m in sent] == [
+        ("cancel", "user", "tenant-a", found.json()["id"])
+    ]
 
 
 def test_a_post_never_claims_an_id_whose_events_the_read_side_has_not_folded(world: World) -> None:

@@ -496,3 +496,86 @@ def test_runners_killed_at_random_moments_during_fan_outs_start_each_child_once_
         "0 duplicates, 0 lost results"
     )
     assert kills >= 3 and children == 18
+
+
+def cancelled_by(world: World, cid: str) -> str | None:
+    """Who cancelled a conversation's run (its last status is `error`, reason `cancelled by ...`)."""
+    (last,) = world.of(cid, StateUpdateEvent)[-1:]
+    prefix = "cancelled by "
+    ok = last.execution_status == "error" and last.reason.startswith(prefix)
+    return last.reason.removeprefix(prefix) if ok else None
+
+
+@pytest.mark.brokers
+@pytest.mark.slow_on("apache")
+def test_a_cancel_goes_down_the_tree_and_a_cancelled_child_counts_for_its_parent(
+    make_settings: Callable[..., Settings], tmp_path: Path
+) -> None:
+    """Two trees (parent -> child -> grandchild), paused by a pause sent to the parent once the
+    grandchild finished, one runner. A cancel sent to the first parent ends its run and goes on to
+    its child: the child reports `cancelled` and the parent, which observes it once, does not run
+    on. In the second tree a user cancels the child: its parent's wait condition counts it, the
+    parent observes `cancelled` and, resumed, finishes."""
+    settings = fresh(make_settings)
+    first, second = (f"parent-{uuid.uuid4().hex[:8]}" for _ in range(2))
+    nested = "!task " + json.dumps({"message": "!task " + json.dumps({"message": "the grandchild's task"})})
+    for parent in (first, second):
+        send(settings, parent, nested, agent="delegator")
+        send(settings, parent, "", command="pause")
+    runner = RunnerProc(settings, tmp_path, None, tmp_path / "runner.log")
+
+    def below(world: World, cid: str) -> str | None:
+        kids = [c for c, evs in world.events.items() if any(
+            isinstance(e, SystemPromptEvent) and e.parent_conversation_id == cid for e in evs)]  # fmt: skip
+        return kids[0] if kids else None
+
+    def observed(world: World, cid: str) -> bool:
+        return bool(world.of(cid, ObservationEvent))
+
+    try:
+
+        def paused() -> World | None:
+            world = read_world(settings, first)
+            kids = [below(world, p) for p in (first, second)]
+            return world if all(k and world.status(k) == "paused" for k in kids) else None
+
+        world = wait_until(paused, 60, "both children to pause", logs=runner.logs)
+        child_a, child_b = below(world, first), below(world, second)
+        assert child_a is not None and child_b is not None
+        send(settings, first, "", command="cancel")
+        send(settings, child_b, "", command="cancel")
+
+        def counted() -> World | None:
+            world = read_world(settings, first)
+            return world if observed(world, first) and observed(world, second) else None
+
+        wait_until(counted, 60, "both parents' observations of their cancelled child", logs=runner.logs)
+        send(settings, second, "", command="resume")
+
+        def finished() -> World | None:
+            world = read_world(settings, second)
+            return world if world.status(second) == "finished" else None
+
+        world = wait_until(finished, 60, "the second parent to finish", logs=runner.logs)
+    finally:
+        runner.stop()
+    grand_a, grand_b = below(world, child_a), below(world, child_b)
+    assert grand_a is not None and grand_b is not None
+    assert world.status(grand_a) == world.status(grand_b) == "finished"
+    assert cancelled_by(world, first) == "user"
+    assert cancelled_by(world, child_a) == f"conversation:{first}"
+    assert cancelled_by(world, child_b) == "user"
+    for parent, child in ((first, child_a), (second, child_b)):
+        (result,) = json.loads(observation_of(world, parent).content)["children"]
+        assert result == {"conversation_id": child, "status": "cancelled", "summary": result["summary"]}
+    # The cancelled parent did not run on after its child's report: its run's last status is the cancel.
+    assert not [m for m in world.of(first, MessageEvent) if m.content.startswith("Done")]
+    assert world.status(second) == "finished"
+    cancels = sorted(
+        (r.conversation_id, r.sender)
+        for r in world.inbox
+        if isinstance(r, InboxMessage) and r.command == "cancel"
+    )
+    assert cancels == sorted([(first, "user"), (child_a, f"conversation:{first}"), (child_b, "user")]), (
+        cancels
+    )

@@ -154,3 +154,17 @@ def test_an_old_reader_refuses_a_new_command() -> None:
     old_reader = SingleObjectCodec(CATALOG.restricted("InboxMessage", 2))
     with pytest.raises(UnreadableVersionError, match="fork not found"):
         old_reader.decode(SingleObjectCodec().encode(fork))
+
+
+def test_inbox_v4_adds_the_cancel_command_and_an_old_reader_refuses_it() -> None:
+    """v4 adds the `cancel` symbol and no field: a v3 record reads unchanged, and a cancel read by a
+    runner that predates it is a named schema error (to the DLQ), never a pause or a message."""
+    v3, v4 = (v for n in (3, 4) for v in CATALOG.versions if v.name == "InboxMessage" and v.version == n)
+    assert field_names(v4) == field_names(v3)
+    assert v4.schema["fields"][4]["type"]["symbols"] == [*v3.schema["fields"][4]["type"]["symbols"], "cancel"]
+    record = shared_symbols(sample_record(InboxMessage))
+    assert SingleObjectCodec().decode(written_by(v3, record.__dict__), expect=(InboxMessage,)) == record
+    cancel = record.model_copy(update={"command": "cancel"})
+    old_reader = SingleObjectCodec(CATALOG.restricted("InboxMessage", 3))
+    with pytest.raises(UnreadableVersionError, match="cancel not found"):
+        old_reader.decode(SingleObjectCodec().encode(cancel))
