@@ -52,6 +52,14 @@ class Parent(NamedTuple):
     depth: int
 
 
+DELEGATION_TOOLS = frozenset({"task", "delegate"})
+"""The built-in delegation tools (`convdb.producers.tools.delegation`): a call waits for children."""
+
+WAITING_FOR_CHILDREN = "waiting_for_children"
+"""The status shown for a running conversation whose delegation call waits for its children (its log's
+status stays `running`: the run is not over, a takeover checks the wait condition again)."""
+
+
 class ConversationStats(NamedTuple):
     """Statistics of one conversation (immutable)."""
 
@@ -78,6 +86,16 @@ class ConversationStats(NamedTuple):
     """Id of the event at `last_seq`: another id at that seq is a conflict, not a redelivery."""
     parent: Parent | None = None
     """Where a delegated child sits in its task tree (its first system prompt's link); None: a root."""
+    delegations: frozenset[str] = frozenset()
+    """Ids of its delegation actions (`DELEGATION_TOOLS`) with no observation or rejection yet."""
+
+    @property
+    def shown_status(self) -> str | None:
+        """The status to show: `waiting_for_children` while a running conversation waits for its
+        delegation calls, else `execution_status`."""
+        if self.execution_status == "running" and self.delegations:
+            return WAITING_FOR_CHILDREN
+        return self.execution_status
 
     @property
     def counts_by_kind(self) -> dict[str, int]:
@@ -122,7 +140,7 @@ def fold_all(state: ConversationStats, events: Iterable[Event]) -> ConversationS
     s = state
     conv, tenant, last_seq, count = s.conversation_id, s.tenant_id, s.last_seq, s.events
     counts = list(s.counts)
-    figures = _Figures(s.usage, s.tool_calls, s.errors, s.execution_status, s.parent)
+    figures = _Figures(s.usage, s.tool_calls, s.errors, s.execution_status, s.parent, s.delegations)
     first, last, annotations, last_id = s.first_timestamp, s.last_timestamp, s.annotations, s.last_id
     kinds = _KINDS
     for event in events:
@@ -149,14 +167,14 @@ def fold_all(state: ConversationStats, events: Iterable[Event]) -> ConversationS
         return state
     return ConversationStats(
         conv, tenant, last_seq, count, tuple(counts), figures.usage, figures.tool_calls, figures.errors,
-        figures.execution_status, first, last, annotations, last_id, figures.parent,
+        figures.execution_status, first, last, annotations, last_id, figures.parent, figures.delegations,
     )  # fmt: skip
 
 
 class _Figures:
     """The per-kind figures of one `fold_all` in progress (mutable; never leaves it)."""
 
-    __slots__ = ("usage", "tool_calls", "errors", "execution_status", "parent")
+    __slots__ = ("usage", "tool_calls", "errors", "execution_status", "parent", "delegations")
 
     def __init__(
         self,
@@ -165,12 +183,14 @@ class _Figures:
         errors: int,
         execution_status: ExecutionStatus | None,
         parent: Parent | None,
+        delegations: frozenset[str],
     ) -> None:
         self.usage = usage
         self.tool_calls = tool_calls
         self.errors = errors
         self.execution_status = execution_status
         self.parent = parent
+        self.delegations = delegations
 
 
 def _llm_call(figures: _Figures, event: LLMUsageEvent) -> None:
@@ -195,8 +215,10 @@ def _llm_call(figures: _Figures, event: LLMUsageEvent) -> None:
     figures.usage = _new_usage(Usage, (calls + 1, prompt, completion, cached, cost, unpriced, latency))
 
 
-def _tool_call(figures: _Figures, _event: Any) -> None:
+def _tool_call(figures: _Figures, event: Any) -> None:
     figures.tool_calls += 1
+    if event.tool_name in DELEGATION_TOOLS:
+        figures.delegations = figures.delegations | {event.id}
 
 
 def _agent_error(figures: _Figures, _event: Any) -> None:
@@ -206,6 +228,13 @@ def _agent_error(figures: _Figures, _event: Any) -> None:
 def _observation(figures: _Figures, event: Any) -> None:
     if event.is_error:
         figures.errors += 1
+    _answered(figures, event)
+
+
+def _answered(figures: _Figures, event: Any) -> None:
+    """An observation or a rejection answers its action: a delegation call stops waiting."""
+    if event.action_id in figures.delegations:
+        figures.delegations = figures.delegations - {event.action_id}
 
 
 def _status_change(figures: _Figures, event: Any) -> None:
@@ -226,6 +255,7 @@ _STEPS: dict[str, Callable[[_Figures, Any], None]] = {
     "action": _tool_call,
     "agent_error": _agent_error,
     "observation": _observation,
+    "user_reject": _answered,
     "state_update": _status_change,
     "system_prompt": _system_prompt,
 }
@@ -234,7 +264,6 @@ _STEPS: dict[str, Callable[[_Figures, Any], None]] = {
 COUNTED_ONLY = frozenset(
     {
         "message",
-        "user_reject",
         "condensation",
         "pause",
         "fork",
@@ -276,7 +305,7 @@ def as_row(state: ConversationStats) -> dict[str, Any]:
         **state.usage._asdict(),
         "tool_calls": state.tool_calls,
         "errors": state.errors,
-        "execution_status": state.execution_status,
+        "execution_status": state.shown_status,
         "first_timestamp": None if first is None else first.isoformat(),
         "last_timestamp": None if last is None else last.isoformat(),
         "last_id": state.last_id,

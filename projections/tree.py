@@ -64,7 +64,7 @@ def node_of(stats: ConversationStats) -> Node:
         parent.conversation_id if parent else None,
         parent.operation_id if parent else None,
         parent.depth if parent else 0,
-        stats.execution_status,
+        stats.shown_status,
         stats.usage.prompt_tokens,
         stats.usage.completion_tokens,
         stats.usage.cost,

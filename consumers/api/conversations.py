@@ -83,8 +83,18 @@ def _stats_mapping(m: Any) -> dict[str, Any]:
 
 Order = Literal["id", "recent"]
 ExecutionStatus = Literal[
-    "idle", "running", "paused", "waiting_for_confirmation", "waiting_for_human", "finished", "error", "stuck"
+    "idle",
+    "running",
+    "paused",
+    "waiting_for_confirmation",
+    "waiting_for_human",
+    "waiting_for_children",
+    "finished",
+    "error",
+    "stuck",
 ]
+"""The statuses a list is filtered by: the log's, and `waiting_for_children` (a running conversation
+whose delegation call waits for its children, as the stats projection shows it)."""
 
 
 @router.get("/conversations", summary="List the tenant's conversations")

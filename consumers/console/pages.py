@@ -46,7 +46,7 @@ NOTICES = {
     "branch.",
 }
 RESUMABLE = frozenset({"paused", "waiting_for_confirmation", "stuck"})
-PAUSABLE = frozenset({"running", "idle"})
+PAUSABLE = frozenset({"running", "idle", "waiting_for_children"})
 
 
 @router.get("/", summary="console: conversations")

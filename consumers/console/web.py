@@ -24,6 +24,7 @@ STATUSES = (
     "paused",
     "waiting_for_confirmation",
     "waiting_for_human",
+    "waiting_for_children",
     "finished",
     "error",
     "stuck",

@@ -33,7 +33,11 @@ conversations = sa.Table(
     sa.Column("llm_latency_ms", sa.Float, nullable=False),
     sa.Column("tool_calls", sa.BigInteger, nullable=False),
     sa.Column("errors", sa.BigInteger, nullable=False),
-    sa.Column("execution_status", sa.String(40)),
+    sa.Column(
+        "execution_status",
+        sa.String(40),
+        doc="The status shown: the log's, or waiting_for_children while a running one waits for children.",
+    ),
     sa.Column("first_us", sa.BigInteger),
     sa.Column("last_us", sa.BigInteger),
     sa.Column("duration_s", sa.Float, nullable=False),
@@ -42,6 +46,7 @@ conversations = sa.Table(
     sa.Column("parent_conversation_id", sa.String(200), doc="The parent of a delegated child; null: a root."),
     sa.Column("parent_operation_id", sa.String(600), doc="The parent's operation that started the child."),
     sa.Column("delegation_depth", sa.Integer, nullable=False, doc="Depth in the task tree (0: a root)."),
+    sa.Column("delegations", sa.Text, nullable=False, doc="JSON: ids of its delegation calls still waiting."),
     sa.Index("stats_conversations_tenant", "tenant_id", "last_us", "conversation_id"),
     sa.Index("stats_conversations_parent", "tenant_id", "parent_conversation_id"),
 )
@@ -55,7 +60,7 @@ class StatsConsumer(ConversationProjector[stats.ConversationStats]):
     """Projector `stats`: counts, tokens, cost, tool calls, errors, status and times per conversation."""
 
     name = "stats"
-    version = 3
+    version = 4
     metadata = metadata
     table = conversations
     digest_of = (DigestOf(conversations),)
@@ -79,7 +84,7 @@ def to_row(state: stats.ConversationStats) -> dict[str, Any]:
         tenant_id=state.tenant_id or "",
         event_count=state.events,
         counts=json.dumps(state.counts_by_kind, sort_keys=True),
-        execution_status=state.execution_status,
+        execution_status=state.shown_status,
         first_us=None if state.first_timestamp is None else micros(state.first_timestamp),
         last_us=None if state.last_timestamp is None else micros(state.last_timestamp),
         duration_s=state.duration_s,
@@ -88,6 +93,7 @@ def to_row(state: stats.ConversationStats) -> dict[str, Any]:
         parent_conversation_id=state.parent.conversation_id if state.parent else None,
         parent_operation_id=state.parent.operation_id if state.parent else None,
         delegation_depth=state.parent.depth if state.parent else 0,
+        delegations=json.dumps(sorted(state.delegations)),
     )
     return row
 
@@ -100,7 +106,7 @@ def from_row(row: Mapping[str, Any]) -> stats.ConversationStats:
         tenant_id=row["tenant_id"] or None,
         events=row["event_count"],
         counts=tuple(counts.get(kind, 0) for kind in EVENT_KINDS),
-        execution_status=row["execution_status"],
+        execution_status=_log_status(row["execution_status"]),
         first_timestamp=None if row["first_us"] is None else from_micros(row["first_us"]),
         last_timestamp=None if row["last_us"] is None else from_micros(row["last_us"]),
         annotations=frozenset(json.loads(row["annotations"])),
@@ -110,9 +116,15 @@ def from_row(row: Mapping[str, Any]) -> stats.ConversationStats:
         )
         if row["parent_conversation_id"]
         else None,
+        delegations=frozenset(json.loads(row["delegations"])),
         usage=stats.Usage(*(row[name] for name in stats.Usage._fields)),
         **{name: row[name] for name in _NUMBERS},
     )
+
+
+def _log_status(shown: str | None) -> Any:
+    """The log's status behind a shown one (a conversation waiting for children is running)."""
+    return "running" if shown == stats.WAITING_FOR_CHILDREN else shown
 
 
 def load_states(connection: Connection, convs: list[str]) -> dict[str, stats.ConversationStats]:

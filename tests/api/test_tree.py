@@ -14,6 +14,7 @@ from convdb.infra.kafka import apply_topics
 from convdb.infra.settings import Settings
 from convdb.producers.publisher import EventPublisher
 from convdb.schemas import (
+    ActionEvent,
     EventEnvelope,
     LLMUsageEvent,
     SingleObjectCodec,
@@ -52,6 +53,17 @@ def member(
     return [prompt, usage, update]
 
 
+def waiting(cid: str) -> list[EventEnvelope]:
+    """A running root whose `delegate` call (no observation yet) waits for its child `<cid>-kid`."""
+    root = member(cid, None, 0, 1, 0.0, "running")
+    call = ActionEvent(
+        conversation_id=cid, tenant_id="tenant-a", source="agent", timestamp=T0, id=str(uuid.uuid4()),
+        seq=4, parent_id=root[-1].id, tool_name="delegate", tool_call_id="c", arguments="{}",
+        llm_response_id="r", operation_id=f"{cid}/a", intent_hash="h", effect_class="keyed",
+    )  # fmt: skip
+    return [*root, call, *member(f"{cid}-kid", cid, 1, 2, 0.0, "running")]
+
+
 @pytest.fixture(scope="module")
 def client(
     make_settings: Callable[..., Settings], tmp_path_factory: pytest.TempPathFactory
@@ -68,6 +80,7 @@ def client(
         *member("kid1", "root", 1, 20, 0.125, "error"),
         *grandkid,
         *(r for r in unknown if isinstance(r, EventEnvelope)),
+        *waiting("waiter"),
     ]
     EventPublisher(settings, SingleObjectCodec()).publish_durable(events)
     publish(settings, [(EFFECTS, r) for r in unknown if not isinstance(r, EventEnvelope)])
@@ -124,3 +137,16 @@ def test_the_human_queue_shows_a_sub_agents_parent_chain(client: TestClient) -> 
         'href="/console/conversations/kid0"'
     )
     assert "its parents wait for it" in chain
+
+
+def test_a_parent_waiting_for_its_children_shows_waiting_for_children(client: TestClient) -> None:
+    """Its log says `running`; the tree, the conversation, the list filter and the console say
+    `waiting_for_children` (its child, running, is not waiting for anyone)."""
+    tree = client.get("/conversations/waiter-kid/root", headers=A).json()["tree"]
+    assert tree["execution_status"] == "waiting_for_children"
+    assert tree["children"][0]["execution_status"] == "running"
+    assert client.get("/conversations/waiter", headers=A).json()["execution_status"] == "waiting_for_children"
+    listed = client.get("/conversations", params={"status": "waiting_for_children"}, headers=A).json()
+    assert [c["conversation_id"] for c in listed["conversations"]] == ["waiter"]
+    page = client.get("/console/conversations/waiter").text
+    assert '<span class="badge status-waiting_for_children">waiting for children</span>' in page

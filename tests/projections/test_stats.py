@@ -21,6 +21,7 @@ from convdb.schemas.events import (
     MessageEvent,
     ObservationEvent,
     StateUpdateEvent,
+    UserRejectEvent,
 )
 from tests.strategies import (
     T0,
@@ -145,3 +146,50 @@ def test_llm_usage_and_errors() -> None:
     )
     with pytest.raises(ConversationMismatchError):
         stats.fold(state, other)
+
+
+def test_a_running_conversation_whose_delegation_call_waits_shows_waiting_for_children() -> None:
+    """A `task`/`delegate` action without observation shows a running conversation as
+    `waiting_for_children` (its log's status stays `running`); an observation or a rejection ends
+    the wait, another tool's call never starts one. The store row keeps both (shown and log status)."""
+    from convdb.consumers.stats.projector import from_row, to_row
+
+    envelope = {"conversation_id": "p", "tenant_id": "t", "timestamp": T0}
+
+    def action(seq: int, tool: str) -> ActionEvent:
+        return ActionEvent(
+            id=f"a{seq}", seq=seq, source="agent", tool_name=tool, tool_call_id=f"c{seq}", arguments="{}",
+            llm_response_id="r", operation_id=f"p/a{seq}", intent_hash="h", effect_class="keyed", **envelope,
+        )  # fmt: skip
+
+    def observed(seq: int, of: int) -> ObservationEvent:
+        return ObservationEvent(
+            id=f"o{seq}", seq=seq, source="environment", action_id=f"a{of}", tool_name="delegate",
+            tool_call_id=f"c{of}", content="{}", **envelope,
+        )  # fmt: skip
+
+    running = StateUpdateEvent(id="s1", seq=1, source="environment", execution_status="running", **envelope)
+    shown = []
+    state = stats.fold(stats.initial("p"), running)
+    steps: list[Event] = [
+        action(2, "read_file"),
+        observed(3, 2),
+        action(4, "delegate"),
+        observed(5, 4),
+        action(6, "task"),
+        UserRejectEvent(id="r7", seq=7, source="user", action_id="a6", **envelope),
+        action(8, "task"),
+    ]
+    for event in steps:
+        state = stats.fold(state, event)
+        shown.append(state.shown_status)
+        back = from_row(to_row(state))
+        assert back == state, event.kind
+        assert (
+            stats.as_row(state)["execution_status"] == to_row(state)["execution_status"] == state.shown_status
+        )
+    waiting = "waiting_for_children"
+    assert shown == ["running", "running", waiting, "running", waiting, "running", waiting]
+    assert state.execution_status == "running"
+    paused = StateUpdateEvent(id="s9", seq=9, source="environment", execution_status="paused", **envelope)
+    assert stats.fold(state, paused).shown_status == "paused"
