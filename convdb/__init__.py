@@ -13,8 +13,9 @@ Writing an agent (docs/own-agent.md):
   runtime raises `ToolArgumentError` for arguments its `Args` model rejects;
 - an agent is a frozen `convdb.Agent(model=..., system_prompt=..., tools=(...), confirmation=...)`
   whose `version` digests its configuration;
-- delegation: `with_delegation(agent)` adds the tools `task` and `delegate` (`delegation_tools()`),
-  with which an agent hands tasks to child conversations;
+- delegation: `with_delegation(agent)` adds the tools `task`, `delegate` and `report`
+  (`delegation_tools()`), with which an agent hands tasks to child conversations (and a child
+  states its result);
 - plug-ins: entry points `convdb.agents` (name -> `make(settings) -> Agent`) and `convdb.tools`
   (name -> `make(settings) -> Tool`), or `module:attr` on `convdb run/runner --agent`.
 """

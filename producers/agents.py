@@ -5,7 +5,7 @@ An agent is named by its entry-point name (`[project.entry-points."convdb.agents
 the runner's path); a message names installed agents only. The object named is an `Agent`, or a
 factory `make(settings) -> Agent`. `default` names the built-in agent (file tools, plus the
 tracker tools when a tracker URL is given); `delegator` is the built-in agent with the delegation
-tools (`task`, `delegate`).
+tools (`task`, `delegate`, `report`).
 
 A `convdb.tools` entry point names a `Tool`, or a factory `make(settings) -> Tool | sequence of
 Tool`; an agent factory collects them with `installed_tools(settings, *names)`.

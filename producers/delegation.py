@@ -42,7 +42,7 @@ from convdb.producers.outcome import Outcome
 from convdb.producers.state import unobserved_actions
 from convdb.producers.status import CANCELLED
 from convdb.producers.tools.base import ToolResult, canonical_json, intent_hash
-from convdb.producers.tools.delegation import CALL_TARGET, ChildTask, DelegationTool
+from convdb.producers.tools.delegation import CALL_TARGET, REPORT, ChildTask, DelegationTool
 from convdb.producers.writer import ConversationWriter, Services
 from convdb.projections.operation import OperationStatus
 from convdb.projections.view import active_branch
@@ -182,11 +182,27 @@ def link_from_inbox(inbox: InboxMessage) -> Link | None:
 
 
 def summary_of(events: tuple[Event, ...] | list[Event]) -> str:
-    """A child's summary: its last assistant message (empty when it has none)."""
+    """A child's summary: the result of its last `report` call (an explicit result) when it made one,
+    else its last assistant message (empty when it has none)."""
+    last_message: str | None = None
     for event in reversed(events):
-        if isinstance(event, MessageEvent) and event.role == "assistant":
-            return event.content
-    return ""
+        if isinstance(event, ActionEvent) and event.tool_name == REPORT:
+            reported = _reported(event.arguments)
+            if reported is not None:
+                return reported
+        if last_message is None and isinstance(event, MessageEvent) and event.role == "assistant":
+            last_message = event.content
+    return last_message or ""
+
+
+def _reported(arguments: str) -> str | None:
+    """The `result` of a `report` call's arguments (None for arguments that hold none)."""
+    try:
+        value = json.loads(arguments)
+    except json.JSONDecodeError:
+        return None
+    result = value.get("result") if isinstance(value, dict) else None
+    return result if isinstance(result, str) and result else None
 
 
 def report(

@@ -1,5 +1,7 @@
 """The delegation tools: `task` (one child conversation, the parent waits for it) and `delegate`
-(several children at once; the parent waits for all, the first K, or a deadline).
+(several children at once; the parent waits for all, the first K, or a deadline); and `report`,
+with which a child states its result explicitly (its parent's observation takes it instead of the
+child's last assistant message).
 
 A child is a conversation of its own. These tools never run in the tool's `execute`: starting
 children, collecting their reports and writing the parent's one observation is the effect
@@ -14,6 +16,7 @@ from pydantic import Field, model_validator
 
 from convdb.producers.agent import Agent
 from convdb.producers.tools.base import Operation, Tool, ToolArgs, ToolResult
+from convdb.schemas._types import EffectClass
 
 CALL_TARGET = "convdb:children"
 """What a delegation call's effect touches: child conversations (their ids are fixed once it is proposed)."""
@@ -116,12 +119,40 @@ class DelegateTool(DelegationTool):
         return [ChildTask.model_validate(task) for task in args["tasks"]]
 
 
+class ReportArgs(ToolArgs):
+    """`report`: the result this conversation hands back to the one that delegated to it."""
+
+    result: str = Field(min_length=1, description="The result, as the parent should read it.")
+
+
+class ReportTool(Tool):
+    """State the result of a delegated task explicitly: when this conversation ends, its parent's
+    observation carries the last result reported (`convdb.producers.delegation.summary_of`), not
+    the last assistant message. Only records: it touches nothing outside the log."""
+
+    name: ClassVar[str] = "report"
+    description: ClassVar[str] = (
+        "Report the result of the task you were given (when you are a sub-agent): the conversation "
+        "that delegated it reads this result instead of your last message."
+    )
+    effect_class: ClassVar[EffectClass] = "read_only"
+    Args: ClassVar[type[ToolArgs]] = ReportArgs
+
+    def execute(self, operation: Operation) -> ToolResult:
+        """Nothing to do but acknowledge: the action in the log is the report."""
+        return ToolResult(f"reported ({len(operation.arguments['result'])} characters)")
+
+
+REPORT = ReportTool.name
+"""The tool name whose last call is a child's explicit result."""
+
+
 def delegation_tools() -> tuple[Tool, ...]:
-    """`task` and `delegate`, to add to an agent's tools."""
-    return (TaskTool(), DelegateTool())
+    """`task`, `delegate` and `report`, to add to an agent's tools."""
+    return (TaskTool(), DelegateTool(), ReportTool())
 
 
 def with_delegation(agent: Agent) -> Agent:
-    """`agent` with `task` and `delegate` added to its tools (the built-in `delegator` agent is
+    """`agent` with `task`, `delegate` and `report` added to its tools (the built-in `delegator` agent is
     `with_delegation` of the built-in one)."""
     return agent.model_copy(update={"tools": (*agent.tools, *delegation_tools())})

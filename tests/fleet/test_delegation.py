@@ -22,7 +22,7 @@ from convdb.infra.kafka import apply_topics
 from convdb.infra.partitioner import partition_for
 from convdb.infra.reader import read_topic
 from convdb.infra.settings import Settings
-from convdb.producers.delegation import children_ids, parent_operation_of, split_budget
+from convdb.producers.delegation import children_ids, parent_operation_of, split_budget, summary_of
 from convdb.producers.errors import ToolArgumentError
 from convdb.producers.tools.delegation import DelegateTool, TaskTool
 from convdb.schemas import (
@@ -232,6 +232,19 @@ def test_childrens_budgets_are_taken_from_what_is_left_of_the_parents() -> None:
     assert split_budget(1.0, [2.0, None]) == [1.0, 0.0]  # never more than is left
 
 
+def test_a_childs_summary_is_its_last_report_else_its_last_answer() -> None:
+    def event(kind: type, **fields: Any) -> Any:
+        return kind.model_construct(**fields)
+
+    said = event(MessageEvent, role="assistant", content="my last words")
+    report = event(ActionEvent, tool_name="report", arguments=json.dumps({"result": "42"}))
+    later = event(ActionEvent, tool_name="report", arguments=json.dumps({"result": "43"}))
+    broken = event(ActionEvent, tool_name="report", arguments="{not json")
+    assert summary_of([said]) == "my last words" and summary_of([]) == ""
+    assert summary_of([report, said]) == "42"
+    assert summary_of([report, later, broken, said]) == "43"
+
+
 def test_parent_operation_ids_parse_and_calls_are_checked() -> None:
     assert parent_operation_of("c/a/child-3") == ("c/a", 3)
     assert parent_operation_of("c/a") is None
@@ -275,6 +288,9 @@ def test_limits_and_refused_children_have_their_documented_outcome(
     send(settings, frugal, "!task " + json.dumps({"message": steps, "budget_usd": 1e-9}), agent="delegator")
     nested = "!task " + json.dumps({"message": "grandchild"})
     send(settings, deep, "!task " + json.dumps({"message": nested}), agent="delegator")
+    reporter = f"reporter-{uuid.uuid4().hex[:8]}"
+    explicit = '!report {"result": "the explicit result"}'
+    send(settings, reporter, "!task " + json.dumps({"message": explicit}), agent="delegator")
     run_runners(settings, tmp_path, 1)
     world = read_world(settings, collide)
 
@@ -328,6 +344,11 @@ def test_limits_and_refused_children_have_their_documented_outcome(
     assert "budget of 1e-09 USD spent" in world.of(spender, StateUpdateEvent)[-1].reason
     (result,) = json.loads(observation_of(world, frugal).content)["children"]
     assert result["status"] == "budget" and world.status(frugal) == "finished"
+
+    # A child that reports its result explicitly hands that to its parent, not its last message.
+    (result,) = json.loads(observation_of(world, reporter).content)["children"]
+    assert result["status"] == "finished" and result["summary"] == "the explicit result"
+    assert world.of(result["conversation_id"], MessageEvent)[-1].content == "Done: 1 step(s) completed."
 
 
 @pytest.mark.brokers
