@@ -38,6 +38,7 @@ from convdb.infra.agent_names import DEFAULT_AGENT, REFERENCE
 from convdb.infra.partitioner import partition_for
 from convdb.producers import records as rec
 from convdb.producers.errors import ToolArgumentError
+from convdb.producers.ledger import Ledger
 from convdb.producers.outcome import Outcome
 from convdb.producers.state import unobserved_actions
 from convdb.producers.status import CANCELLED
@@ -92,6 +93,9 @@ NEVER_DUE = timedelta(days=365)
 """`reconcile_after` of delegation operations: the reconciler has no provider to ask about a child;
 the parent's deadline and its children's reports settle them."""
 
+
+COST = "cost_usd"
+"""The key of a child's reported spending in its ledger outcome (charged to the parent's budget)."""
 
 SPREAD_TRIES = 64
 """Candidate ids per child: the first on a partition none of its elder siblings has is taken."""
@@ -206,9 +210,17 @@ def _reported(arguments: str) -> str | None:
 
 
 def report(
-    child_id: str, tenant_id: str, link: Link, status: str, summary: str, *, report_id: str
+    child_id: str,
+    tenant_id: str,
+    link: Link,
+    status: str,
+    summary: str,
+    *,
+    report_id: str,
+    cost: float | None = None,
 ) -> InboxMessage:
-    """A child's end, as a record for its parent's inbox (`operation_id`: the child's operation there)."""
+    """A child's end, as a record for its parent's inbox (`operation_id`: the child's operation there;
+    `cost`: what the child's subtree spent, charged to the parent's budget)."""
     return InboxMessage(
         id=report_id,
         conversation_id=link.parent_conversation_id,
@@ -220,6 +232,7 @@ def report(
         operation_id=link.parent_operation_id,
         child_conversation_id=child_id,
         child_status=status,
+        child_cost_usd=cost,
     )
 
 
@@ -258,6 +271,8 @@ class Delegations:
         self._link_read = False
         self.partitions = 1
         """Partitions of the topics (set by the partition owner): children are spread over them."""
+        self._charged: tuple[Ledger, float] | None = None
+        """(the ledger it was summed from, what ended children reported spending): see `spent`."""
         self.pending_link: Link | None = None
         """The link of a child whose first record is being applied (recorded by its system prompt)."""
 
@@ -281,6 +296,14 @@ class Delegations:
             "delegation_depth": link.depth,
             "budget_usd": link.budget_usd,
         }
+
+    def spent(self) -> float:
+        """What this conversation's budget is charged: its own LLM cost plus what each child that
+        ended reported its subtree spent (a child is charged when it reports, not while it runs)."""
+        ledger = self.writer.state.ledger
+        if self._charged is None or self._charged[0] is not ledger:  # the ledger is replaced on change
+            self._charged = (ledger, _children_cost(ledger))
+        return self.writer.state.cost + self._charged[1]
 
     def budget(self) -> float | None:
         """The tighter of the runner's budget and the one the parent gave."""
@@ -307,6 +330,7 @@ class Delegations:
                 child_status(status, reason),
                 summary_of(branch),
                 report_id=report_id,
+                cost=self.spent(),
             )
         ]
 
@@ -392,7 +416,7 @@ class Delegations:
 
     def _budget_left(self) -> float | None:
         budget = self.budget()
-        return None if budget is None else max(0.0, budget - self.writer.state.cost)
+        return None if budget is None else max(0.0, budget - self.spent())
 
     def _call(self, action: ActionEvent) -> tuple[DelegationTool, dict[str, Any]] | None:
         tool = self.tool_of(action)
@@ -415,6 +439,7 @@ class Delegations:
                     out[i] = json.loads(text)
                 except json.JSONDecodeError:
                     out[i] = {"status": "unknown", "summary": text}
+                out[i].pop(COST, None)  # charged to the budget, not part of the observation
         return out
 
     def deadline(self, action: ActionEvent) -> datetime | None:
@@ -488,7 +513,9 @@ class Delegations:
         if state.status is not None and state.status.is_terminal:
             logger.info("inbox %s: child %s already reported", inbox.id, child)
             return None
-        outcome = canonical_json({"status": inbox.child_status or "unknown", "summary": inbox.content})
+        ended = {"status": inbox.child_status or "unknown", "summary": inbox.content}
+        cost = {} if inbox.child_cost_usd is None else {COST: inbox.child_cost_usd}
+        outcome = canonical_json({**ended, **cost})
         base = {
             "id": str(uuid.uuid5(_NAMESPACE, f"{op}#reported")), "operation_id": op,
             "conversation_id": self.writer.conversation_id, "tenant_id": self.writer.tenant_id,
@@ -558,6 +585,22 @@ class Delegations:
         if status.is_terminal:
             return self.effects.backfill_from_ledger(action)
         return Outcome.HUMAN
+
+
+def _children_cost(ledger: Ledger) -> float:
+    """The sum of what the children that ended reported spending (their ledger outcomes' `cost_usd`)."""
+    total = 0.0
+    for op, state in ledger.items():
+        if parent_operation_of(op) is None or state.status is None or not state.status.is_terminal:
+            continue
+        text = state.result if state.status is OperationStatus.CONFIRMED else state.error
+        try:
+            cost = json.loads(text or "{}").get(COST)
+        except (json.JSONDecodeError, AttributeError):
+            continue
+        if isinstance(cost, int | float) and cost == cost and cost > 0:
+            total += float(cost)
+    return total
 
 
 def _unobserved(writer: ConversationWriter) -> list[ActionEvent]:

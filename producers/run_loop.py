@@ -100,9 +100,10 @@ class RunLoop:
     def stop_reason(self) -> tuple[ExecutionStatus, str] | None:
         """Why the loop must stop before the next step (pause, budget, stuck), or None."""
         budget = self.effects.delegations.budget()
-        cost = self.writer.state.cost
         if self.pause_requested.is_set():
             return "paused", "pause requested"
+        # Its own LLM cost and what its children that ended spent (`Delegations.spent`).
+        cost = self.effects.delegations.spent() if budget is not None else 0.0
         if budget is not None and cost >= budget:
             return "error", f"budget of {budget} USD spent ({cost:.6f})"
         recent = self.recent_steps

@@ -155,6 +155,11 @@ class InboxMessage(AvroModel):
         description="On a child's report to its parent: how it ended (finished, error, budget, stuck, "
         "waiting_for_human, waiting_for_confirmation, rejected).",
     )
+    child_cost_usd: float | None = Field(
+        None,
+        description="On a child's report to its parent: what the child and the conversations below it "
+        "spent on LLM calls (USD), charged to the parent's budget; null: not known.",
+    )
 
 
 class ExternalBatch(AvroModel):

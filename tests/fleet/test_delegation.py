@@ -30,6 +30,7 @@ from convdb.schemas import (
     EffectConfirmed,
     EffectFailed,
     InboxMessage,
+    LLMUsageEvent,
     MessageEvent,
     ObservationEvent,
     StateUpdateEvent,
@@ -256,6 +257,17 @@ def test_parent_operation_ids_parse_and_calls_are_checked() -> None:
         TaskTool().parse(json.dumps({"message": ""}))
 
 
+CHARGED_PLAN = (
+    "!task "
+    + json.dumps(
+        {"message": "\n".join(f'!read_file {{"path": "f{i}.txt"}}' for i in range(10)), "budget_usd": 1.0}
+    )
+    + '\n!read_file {"path": "a.txt"}'
+)
+"""A parent's plan: a child of ten steps (asking for more than is left: it gets the rest), then a step
+of its own."""
+
+
 def observation_of(world: World, cid: str) -> ObservationEvent:
     """The one observation of a conversation's delegation action."""
     (action,) = [a for a in world.of(cid, ActionEvent) if a.tool_name in ("delegate", "task")]
@@ -288,6 +300,13 @@ def test_limits_and_refused_children_have_their_documented_outcome(
     send(settings, frugal, "!task " + json.dumps({"message": steps, "budget_usd": 1e-9}), agent="delegator")
     nested = "!task " + json.dumps({"message": "grandchild"})
     send(settings, deep, "!task " + json.dumps({"message": nested}), agent="delegator")
+    charged = f"charged-{uuid.uuid4().hex[:8]}"
+    send(
+        settings,
+        charged,
+        "!task " + json.dumps({"message": CHARGED_PLAN, "budget_usd": 8e-4}),
+        agent="delegator",
+    )
     reporter = f"reporter-{uuid.uuid4().hex[:8]}"
     explicit = '!report {"result": "the explicit result"}'
     send(settings, reporter, "!task " + json.dumps({"message": explicit}), agent="delegator")
@@ -529,20 +548,28 @@ def cancelled_by(world: World, cid: str) -> str | None:
 
 @pytest.mark.brokers
 @pytest.mark.slow_on("apache")
-def test_a_cancel_goes_down_the_tree_and_a_cancelled_child_counts_for_its_parent(
+def test_a_cancel_and_the_budget_go_down_the_tree_and_an_ended_child_counts_for_its_parent(
     make_settings: Callable[..., Settings], tmp_path: Path
 ) -> None:
     """Two trees (parent -> child -> grandchild), paused by a pause sent to the parent once the
     grandchild finished, one runner. A cancel sent to the first parent ends its run and goes on to
     its child: the child reports `cancelled` and the parent, which observes it once, does not run
     on. In the second tree a user cancels the child: its parent's wait condition counts it, the
-    parent observes `cancelled` and, resumed, finishes."""
+    parent observes `cancelled` and, resumed, finishes. A third tree charges a child's spending to its
+    parent's budget (`CHARGED_PLAN`)."""
     settings = fresh(make_settings)
     first, second = (f"parent-{uuid.uuid4().hex[:8]}" for _ in range(2))
     nested = "!task " + json.dumps({"message": "!task " + json.dumps({"message": "the grandchild's task"})})
     for parent in (first, second):
         send(settings, parent, nested, agent="delegator")
         send(settings, parent, "", command="pause")
+    charged = f"charged-{uuid.uuid4().hex[:8]}"
+    send(
+        settings,
+        charged,
+        "!task " + json.dumps({"message": CHARGED_PLAN, "budget_usd": 8e-4}),
+        agent="delegator",
+    )
     runner = RunnerProc(settings, tmp_path, None, tmp_path / "runner.log")
 
     def below(world: World, cid: str) -> str | None:
@@ -575,9 +602,9 @@ def test_a_cancel_goes_down_the_tree_and_a_cancelled_child_counts_for_its_parent
 
         def finished() -> World | None:
             world = read_world(settings, second)
-            return world if world.status(second) == "finished" else None
+            return world if world.status(second) == world.status(charged) == "finished" else None
 
-        world = wait_until(finished, 60, "the second parent to finish", logs=runner.logs)
+        world = wait_until(finished, 60, "the second and the charged parents to finish", logs=runner.logs)
     finally:
         runner.stop()
     grand_a, grand_b = below(world, child_a), below(world, child_b)
@@ -600,3 +627,22 @@ def test_a_cancel_goes_down_the_tree_and_a_cancelled_child_counts_for_its_parent
     assert cancels == sorted([(first, "user"), (child_a, f"conversation:{first}"), (child_b, "user")]), (
         cancels
     )
+
+    # A child's spending is charged to its parent's budget: the parent (8e-4 USD) made one call
+    # (~4.7e-4), its child got the rest and spent it (stopped: `budget`); with the child's cost
+    # counted the parent stops before its second step (its own cost alone would have allowed it).
+    middle = below(world, charged)
+    assert middle is not None
+    leaf = below(world, middle)
+    assert leaf is not None
+    own, spent_below = (sum(u.cost or 0.0 for u in world.of(c, LLMUsageEvent)) for c in (middle, leaf))
+    assert len(world.of(middle, LLMUsageEvent)) == 1 and own < 8e-4 <= own + spent_below
+    assert json.loads(observation_of(world, middle).content)["children"][0]["status"] == "budget"
+    stop = world.of(middle, StateUpdateEvent)[-1]
+    assert (
+        stop.execution_status == "error"
+        and stop.reason == f"budget of 0.0008 USD spent ({own + spent_below:.6f})"
+    )
+    (up,) = [r for r in world.inbox if isinstance(r, InboxMessage) and r.child_conversation_id == middle]
+    assert up.child_status == "budget" and up.child_cost_usd == pytest.approx(own + spent_below)
+    assert json.loads(observation_of(world, charged).content)["children"][0]["status"] == "budget"

@@ -142,7 +142,8 @@ def test_inbox_v3_adds_history_commands_and_delegation_links() -> None:
     assert field_names(v3) == [*field_names(v2), *INBOX_V3]
     record = shared_symbols(sample_record(InboxMessage))
     decoded = SingleObjectCodec().decode(written_by(v2, record.__dict__), expect=(InboxMessage,))
-    assert decoded == record.model_copy(update=dict.fromkeys(INBOX_V3))
+    later = [f for f in field_names(CATALOG.latest["InboxMessage"]) if f not in field_names(v3)]
+    assert decoded == record.model_copy(update=dict.fromkeys([*INBOX_V3, *later]))
 
 
 def test_an_old_reader_refuses_a_new_command() -> None:
@@ -157,13 +158,14 @@ def test_an_old_reader_refuses_a_new_command() -> None:
 
 
 def test_inbox_v4_adds_the_cancel_command_and_an_old_reader_refuses_it() -> None:
-    """v4 adds the `cancel` symbol and no field: a v3 record reads unchanged, and a cancel read by a
-    runner that predates it is a named schema error (to the DLQ), never a pause or a message."""
+    """v4 adds the `cancel` symbol and a child's reported cost: a v3 record reads with no cost, and a
+    cancel read by a runner that predates it is a named schema error (to the DLQ), never a pause."""
     v3, v4 = (v for n in (3, 4) for v in CATALOG.versions if v.name == "InboxMessage" and v.version == n)
-    assert field_names(v4) == field_names(v3)
+    assert field_names(v4) == [*field_names(v3), "child_cost_usd"]
     assert v4.schema["fields"][4]["type"]["symbols"] == [*v3.schema["fields"][4]["type"]["symbols"], "cancel"]
-    record = shared_symbols(sample_record(InboxMessage))
-    assert SingleObjectCodec().decode(written_by(v3, record.__dict__), expect=(InboxMessage,)) == record
+    record = shared_symbols(sample_record(InboxMessage)).model_copy(update={"child_cost_usd": 0.25})
+    decoded = SingleObjectCodec().decode(written_by(v3, record.__dict__), expect=(InboxMessage,))
+    assert decoded == record.model_copy(update={"child_cost_usd": None})
     cancel = record.model_copy(update={"command": "cancel"})
     old_reader = SingleObjectCodec(CATALOG.restricted("InboxMessage", 3))
     with pytest.raises(UnreadableVersionError, match="cancel not found"):
