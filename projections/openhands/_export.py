@@ -4,12 +4,14 @@ Events that came from OpenHands are given back exactly (`rebuild` + their patch)
 events become the OpenHands kinds that stand for them (generic MCP action/observation kinds
 for tools). `base_state.json` is the latest imported one, else the latest `full_state`, each
 updated by the ConversationStateUpdateEvents after it; a conversation convdb ran itself gets a
-minimal one (agent, workspace, status, usage, leaf). What OpenHands never stores on disk (the
-webhook's full_state updates and ConversationInfo posts) is returned in `extra`.
+minimal one (agent, workspace, status, usage, leaf, and its task-tree links as tags). What
+OpenHands never stores on disk (the webhook's full_state updates and ConversationInfo posts) is
+returned in `extra`.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable
 from typing import Any, NamedTuple
 
@@ -17,8 +19,9 @@ from convdb.projections.openhands._arguments import expand as expand_arguments
 from convdb.projections.openhands._kinds import EXPORTED_KINDS, STATE_UPDATE, rebuild
 from convdb.projections.openhands._patch import apply
 from convdb.projections.openhands._state import marks_of
+from convdb.projections.stats import DELEGATION_TOOLS
 from convdb.projections.view import fold_all, initial
-from convdb.schemas.events import Event, LLMUsageEvent
+from convdb.schemas.events import Event, LLMUsageEvent, ObservationEvent, SystemPromptEvent
 
 STATE_FIELDS = frozenset(
     {
@@ -159,7 +162,9 @@ def _synthesized(conversation_id: str, events: list[Event]) -> dict[str, Any]:
     usage = [e for e in events if isinstance(e, LLMUsageEvent)]
     model = usage[-1].model if usage else "convdb/scripted"
     tools = next((list(e.tools) for e in events if e.kind == "system_prompt"), [])
+    links = task_tree_tags(events)
     return {
+        **({"tags": links} if links else {}),
         "id": conversation_id,
         "agent": {
             "kind": "Agent",
@@ -172,6 +177,39 @@ def _synthesized(conversation_id: str, events: list[Event]) -> dict[str, Any]:
         if usage
         else {"usage_to_metrics": {}},
     }
+
+
+TAG_VALUE_MAX = 256
+"""OpenHands' limit on a tag's value (`ConversationTags`: keys lowercase alphanumeric)."""
+
+
+def task_tree_tags(events: list[Event]) -> dict[str, str]:
+    """A conversation's task-tree links as OpenHands conversation tags, the only metadata of its
+    ConversationState that is free-form (it has no parent or children field): `parentconversation`,
+    `parentoperation` and `delegationdepth` for a delegated child (its system prompt's link), and
+    `child0`, `child1`, ... for the children its observed delegation calls name. A value over
+    OpenHands' 256 characters is left out rather than cut."""
+    tags: dict[str, str] = {}
+    prompt = next((e for e in events if isinstance(e, SystemPromptEvent)), None)
+    if prompt is not None and prompt.parent_conversation_id and prompt.parent_operation_id:
+        tags["parentconversation"] = prompt.parent_conversation_id
+        tags["parentoperation"] = prompt.parent_operation_id
+        tags["delegationdepth"] = str(prompt.delegation_depth)
+    children = [c for e in events if isinstance(e, ObservationEvent) for c in _children(e)]
+    tags.update({f"child{i}": child for i, child in enumerate(dict.fromkeys(children))})
+    return {k: v for k, v in tags.items() if len(v) <= TAG_VALUE_MAX}
+
+
+def _children(observation: ObservationEvent) -> list[str]:
+    """The child conversations a delegation call's observation names (none for another tool's)."""
+    if observation.tool_name not in DELEGATION_TOOLS:
+        return []
+    try:
+        value = json.loads(observation.content)
+    except json.JSONDecodeError:
+        return []  # a refused call: its observation is the reason, no child
+    kids = value.get("children") if isinstance(value, dict) else None
+    return [k["conversation_id"] for k in kids or () if isinstance(k, dict) and k.get("conversation_id")]
 
 
 def _metrics(model: str, usage: list[LLMUsageEvent]) -> dict[str, Any]:

@@ -179,6 +179,7 @@ def load(path: Path) -> dict[str, Any]:
         "id": str(state.id),
         "execution_status": state.execution_status.value,
         "leaf": state.leaf_event_id,
+        "tags": dict(state.tags),
         "events": [_dumped(e) for e in state.events],
         "view": [e.id for e in state.view.events],
         "usage": {

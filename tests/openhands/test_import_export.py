@@ -10,7 +10,10 @@ from pathlib import Path
 import httpx
 import pytest
 
+from convdb.infra.cli.openhands import write_conversation
+from convdb.projections.openhands import export
 from tests.openhands.conftest import KEY, Convdb, assert_same_in_sdk, run_openhands
+from tests.projections.task_tree_events import task_tree
 
 pytestmark = [pytest.mark.kafka, pytest.mark.openhands]
 
@@ -59,7 +62,7 @@ def test_import_then_export_loads_the_same_in_the_sdk(
     assert {cid: convdb.get(f"/conversations/{cid}")["events"] for cid in written.values()} == before
 
 
-def test_a_conversation_convdb_ran_exports_to_a_directory_the_sdk_loads(
+def test_a_conversation_convdb_ran_exports_to_a_directory_the_sdk_loads_with_task_tree_links(
     convdb: Convdb, openhands_python: Path, tmp_path: Path
 ) -> None:
     cid = str(uuid.uuid4())
@@ -73,7 +76,25 @@ def test_a_conversation_convdb_ran_exports_to_a_directory_the_sdk_loads(
     convdb.stopped(cid)
     events = convdb.get(f"/conversations/{cid}/view")["events"]
     convdb.cli("export", cid, "--format", "openhands", str(tmp_path / "out"))
-    (loaded,) = run_openhands(openhands_python, "load", str(tmp_path / "out" / uuid.UUID(cid).hex))
+    # A task tree's links, exported as OpenHands conversation tags, load too (one SDK process for all).
+    parent, child = str(uuid.uuid4()), str(uuid.uuid4())
+    parent_events, child_events = task_tree(parent, child)
+    tree = [
+        write_conversation(tmp_path / "tree", export(c, e))
+        for c, e in ((parent, parent_events), (child, child_events))
+    ]
+    loaded, *linked = run_openhands(
+        openhands_python, "load", str(tmp_path / "out" / uuid.UUID(cid).hex), *map(str, tree)
+    )
+    assert {o["id"]: o["tags"] for o in linked} == {
+        parent: {"child0": child},
+        child: {
+            "parentconversation": parent,
+            "parentoperation": f"{parent}/call/child-0",
+            "delegationdepth": "1",
+        },
+    }
+    assert loaded["tags"] == {}
     kinds = {
         "system_prompt": "SystemPromptEvent",
         "message": "MessageEvent",

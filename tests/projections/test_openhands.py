@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import uuid
 from datetime import UTC, datetime
 from typing import Any
 
@@ -18,6 +19,7 @@ from convdb.projections.openhands._patch import apply, diff
 from convdb.projections.view import path_to_root
 from convdb.schemas.events import Event
 from tests.projections.openhands_events import batches, conversations, json_value
+from tests.projections.task_tree_events import task_tree
 
 CID = "6bd7943a-4698-477a-9eb8-b346b0c6bce9"
 AT = datetime(2026, 5, 2, tzinfo=UTC)
@@ -298,3 +300,18 @@ SAMPLE: list[dict[str, Any]] = [
     },
 ]
 """A real openhands-sdk 1.58 webhook batch (shortened texts)."""
+
+
+def test_the_export_keeps_task_tree_links_as_conversation_tags() -> None:
+    """OpenHands' ConversationState has no parent or children field: the links go in its tags
+    (keys lowercase alphanumeric), the child's up to its parent, the parent's down to its children."""
+    parent, child = str(uuid.uuid4()), str(uuid.uuid4())
+    parent_events, child_events = task_tree(parent, child)
+    assert export(parent, parent_events).base_state["tags"] == {"child0": child}
+    assert export(child, child_events).base_state["tags"] == {
+        "parentconversation": parent,
+        "parentoperation": f"{parent}/call/child-0",
+        "delegationdepth": "1",
+    }
+    unlinked = [e.model_copy(update={"parent_conversation_id": None}) for e in child_events[:1]]
+    assert "tags" not in export(child, unlinked).base_state
