@@ -75,8 +75,8 @@ class Stack:
         self.runners.append(proc)
         return proc
 
-    def send(self, conversation_id: str, tenant: str, content: str) -> None:
-        """A user message into the inbox (as the demo and the API do)."""
+    def send(self, conversation_id: str, tenant: str, content: str, agent: str | None = None) -> None:
+        """A user message into the inbox (as the demo and the API do), for `agent` (None: the default)."""
         message = InboxMessage(
             id=str(uuid.uuid4()),
             conversation_id=conversation_id,
@@ -84,6 +84,7 @@ class Stack:
             timestamp=datetime.now(UTC),
             command="message",
             content=content,
+            agent=agent,
         )
         self.publisher.publish(message, INBOX)
         self.publisher.flush()

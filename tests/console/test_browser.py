@@ -43,6 +43,9 @@ FLAGS = [
     "--disable-sync",
 ]
 NOTIFY = 'Tell ops the deploy is done.\n!notify {"to": "ops", "text": "deploy of service 1 done"}'
+FAN_OUT = "!delegate " + json.dumps(
+    {"tasks": [{"message": f"Summarise the notes of service {i}"} for i in (1, 2)]}
+)
 WAIT_MS = 60_000
 
 
@@ -64,6 +67,7 @@ def stack(
         running.send("notify-1", "demo", NOTIFY)
         running.send("hostile-1", "demo", HOSTILE)
         running.send("other-1", "other", "A task of another tenant")
+        running.send("tree-1", "demo", FAN_OUT, agent="delegator")
         first = running.start_runner(
             "runner-a", CONVDB_CRASH_AT="after_effect_started", CONVDB_CRASH_TOOL="notify"
         )
@@ -73,6 +77,7 @@ def stack(
             running.wait_status(conv, "finished")
         running.wait_status("notify-1", "waiting_for_human")
         running.wait_status("other-1", "finished", key="other-key")
+        running.wait_status("tree-1", "finished")
         yield running
     finally:
         running.close()
@@ -138,7 +143,8 @@ def test_list_after_signing_in(session: Any, stack: Stack, artifacts: Path) -> N
     page.wait_for_url(stack.url + "/")
     rows = page.locator("tr[data-conversation-id]")
     ids = {rows.nth(i).get_attribute("data-conversation-id") for i in range(rows.count())}
-    assert ids == {"demo-1", "demo-2", "demo-3", "notify-1", "hostile-1"}
+    children = {c["conversation_id"] for c in stack.api("/conversations/tree-1/children")["children"]}
+    assert ids == {"demo-1", "demo-2", "demo-3", "notify-1", "hostile-1", "tree-1", *children}
     waiting = page.locator('tr[data-conversation-id="notify-1"]')
     assert "waiting for human" in waiting.inner_text() and "1 unknown" in waiting.inner_text()
     assert "api_key" not in page.url and "demo-key" not in page.content()
@@ -431,3 +437,39 @@ def test_fork_and_branch_from_the_timeline(session: Any, stack: Stack, artifacts
     assert switch.leaf_event_id == question["id"]
     page.close()
     assert session.errors == [], session.errors
+
+
+def test_the_task_tree_links_parent_and_children_with_rolled_up_stats(
+    session: Any, stack: Stack, artifacts: Path
+) -> None:
+    """A fan-out's parent lists its children (linked, with their status and tokens) and the tree's
+    totals, as the API's tree says; a child link opens the child, whose page links back up."""
+    tree = stack.api("/conversations/tree-1/root")["tree"]
+    kids = [k["conversation_id"] for k in tree["children"]]
+    assert len(kids) == 2 and tree["total"]["conversations"] == 3
+    page = session.new_page()
+    page.goto("/console/conversations/tree-1")
+    box = page.locator("#task-tree")
+    expect(box).to_contain_text("Delegated to 2 sub-agents", timeout=WAIT_MS)
+    items = box.locator("ul.task-children > li")
+    assert items.count() == 2
+    for item, kid in zip((items.nth(0), items.nth(1)), tree["children"], strict=True):
+        assert item.locator("a").get_attribute("href") == f"/console/conversations/{kid['conversation_id']}"
+        assert item.locator(".badge").inner_text() == "finished"
+        assert f"{kid['total']['tokens']:,} tokens" in item.inner_text()
+    total = tree["total"]
+    rolled = f"This subtree: 3 conversations, {total['tokens']:,} tokens, ${total['cost']:.4f}"
+    assert rolled in box.inner_text() and total["tokens"] > tree["tokens"]  # the children's count too
+    shot(page, artifacts, "9-task-tree")
+    items.nth(1).locator("a").click()
+    page.wait_for_url(f"**/console/conversations/{kids[1]}")
+    up = page.locator("#task-tree")
+    expect(up).to_contain_text("Delegated by tree-1")
+    assert (
+        "This subtree: 1 conversation" in up.inner_text()
+        and f"the whole tree: 3, {total['tokens']:,}" in (up.inner_text())
+    )
+    up.get_by_role("link", name="tree-1").click()
+    page.wait_for_url("**/console/conversations/tree-1")
+    assert session.errors == []
+    page.close()
