@@ -57,6 +57,7 @@ from convdb.schemas import (
     Event,
     InboxMessage,
     MessageEvent,
+    StateUpdateEvent,
     SystemPromptEvent,
 )
 from convdb.schemas._types import InboxCommand
@@ -207,6 +208,17 @@ def _reported(arguments: str) -> str | None:
         return None
     result = value.get("result") if isinstance(value, dict) else None
     return result if isinstance(result, str) and result else None
+
+
+def ended_by_cancel(events: tuple[Event, ...] | list[Event]) -> bool:
+    """True when the branch's last status change is a cancel and no user message came after it: a
+    child's report is then recorded and observed, but the run is not continued."""
+    for event in reversed(events):
+        if isinstance(event, MessageEvent) and event.role == "user":
+            return False
+        if isinstance(event, StateUpdateEvent):
+            return event.execution_status == "error" and event.reason.startswith(CANCELLED)
+    return False
 
 
 def report(

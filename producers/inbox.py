@@ -12,8 +12,8 @@ import logging
 
 from convdb.producers.conversation import Conversation
 from convdb.producers.crashpoints import CrashPoints
-from convdb.producers.delegation import link_from_inbox
-from convdb.projections.view import node_at_seq
+from convdb.producers.delegation import ended_by_cancel, link_from_inbox
+from convdb.projections.view import active_branch, node_at_seq
 from convdb.schemas import InboxMessage, MessageEvent
 from convdb.schemas._types import Resolution
 
@@ -47,8 +47,11 @@ def apply_inbox(conv: Conversation, inbox: InboxMessage, crash: CrashPoints) -> 
                 delegations.propagate("cancel", inbox.id)  # its run had ended; children may still work
         case "resume" if inbox.child_conversation_id is not None:
             # A child's report: recorded once; the parent runs on when its wait condition holds,
-            # unless it was cancelled meanwhile (the observation is written, the run stays ended).
-            if conv.effects.delegations.receive(inbox) is not None and conv.status == "running":
+            # unless it was cancelled meanwhile and nobody wrote since (the observation is written,
+            # the run stays ended; a user message sent after the cancel is answered).
+            if conv.effects.delegations.receive(inbox) is not None and not ended_by_cancel(
+                active_branch(conv.state.view)
+            ):
                 conv.run()
         case "resume":
             conv.loop.pause_requested.clear()  # a pause not taken yet (a parent waiting) is called off

@@ -22,7 +22,13 @@ from convdb.infra.kafka import apply_topics
 from convdb.infra.partitioner import partition_for
 from convdb.infra.reader import read_topic
 from convdb.infra.settings import Settings
-from convdb.producers.delegation import children_ids, parent_operation_of, split_budget, summary_of
+from convdb.producers.delegation import (
+    children_ids,
+    ended_by_cancel,
+    parent_operation_of,
+    split_budget,
+    summary_of,
+)
 from convdb.producers.errors import ToolArgumentError
 from convdb.producers.tools.delegation import DelegateTool, TaskTool
 from convdb.schemas import (
@@ -244,6 +250,19 @@ def test_a_childs_summary_is_its_last_report_else_its_last_answer() -> None:
     assert summary_of([said]) == "my last words" and summary_of([]) == ""
     assert summary_of([report, said]) == "42"
     assert summary_of([report, later, broken, said]) == "43"
+
+
+def test_a_report_continues_a_cancelled_parent_only_for_a_message_sent_after_the_cancel() -> None:
+    def event(kind: type, **fields: Any) -> Any:
+        return kind.model_construct(**fields)
+
+    asked = event(MessageEvent, role="user", content="go")
+    cancel = event(StateUpdateEvent, execution_status="error", reason="cancelled by user")
+    budget = event(StateUpdateEvent, execution_status="error", reason="budget of 1 USD spent (1.2)")
+    running = event(StateUpdateEvent, execution_status="running", reason="")
+    assert ended_by_cancel([asked, running, cancel])
+    assert not ended_by_cancel([asked, running, cancel, asked])  # a message after it: answered
+    assert not ended_by_cancel([asked, running]) and not ended_by_cancel([asked, budget])
 
 
 def test_parent_operation_ids_parse_and_calls_are_checked() -> None:
