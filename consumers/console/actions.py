@@ -1,4 +1,4 @@
-"""Console actions (POST forms): sign in and out, send a message, pause/resume, decide an operation.
+"""Console actions (POST forms): sign in and out, send a message, pause/resume/cancel, decide an operation.
 
 Each action calls the JSON API's own function (`send_to_inbox`, `owned_operation`,
 `record_decision`), so the console cannot do anything the tenant's API key could not.
@@ -145,6 +145,15 @@ async def resume(request: Request, conversation_id: str) -> Response:
     if refused or user is None:
         return refused or login_redirect()
     return await _inbox(request, user, conversation_id, "resume", "", "resume")
+
+
+@router.post("/console/conversations/{conversation_id}/cancel", summary="console: cancel")
+async def cancel(request: Request, conversation_id: str) -> Response:
+    """Ask the runner to cancel the conversation's run and the task tree below it."""
+    user, _, refused = await _checked(request)
+    if refused or user is None:
+        return refused or login_redirect()
+    return await _inbox(request, user, conversation_id, "cancel", "", "cancel")
 
 
 async def _inbox(

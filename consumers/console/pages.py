@@ -40,6 +40,7 @@ NOTICES = {
     "sent": "Message sent: it is durable in the conversation's inbox and the runner will pick it up.",
     "pause": "Pause requested: the runner pauses the conversation after the current step.",
     "resume": "Resume requested.",
+    "cancel": "Cancel requested: the runner ends the run (error, cancelled) and cancels its sub-agents.",
     "forked": "Fork requested: the new conversation's runner writes it; it is listed under “Forked into” "
     "once it is:",
     "branched": "Branch requested: the runner moves the active branch back; the next message starts a new "
@@ -47,6 +48,10 @@ NOTICES = {
 }
 RESUMABLE = frozenset({"paused", "waiting_for_confirmation", "stuck"})
 PAUSABLE = frozenset({"running", "idle", "waiting_for_children"})
+CANCELLABLE = frozenset(
+    {"running", "paused", "waiting_for_confirmation", "waiting_for_human", "waiting_for_children"}
+)
+"""Statuses a cancel ends (`convdb.producers.status.CANCELLABLE`, and a parent waiting for children)."""
 
 
 @router.get("/", summary="console: conversations")
@@ -186,7 +191,8 @@ def _q(value: str) -> str:
 
 
 def _commands(status: str | None) -> set[str]:
-    return {c for c, allowed in (("pause", PAUSABLE), ("resume", RESUMABLE)) if status in allowed}
+    allowed_in = (("pause", PAUSABLE), ("resume", RESUMABLE), ("cancel", CANCELLABLE))
+    return {c for c, allowed in allowed_in if status in allowed}
 
 
 def _branched(summary: dict[str, Any]) -> bool:

@@ -85,6 +85,7 @@ def test_a_session_never_shows_another_tenants_data(console_world: ConsoleWorld)
         for path, form in (
             ("/console/conversations/b1/messages", {"content": "hi"}),
             ("/console/conversations/b1/pause", {}),
+            ("/console/conversations/b1/cancel", {}),
             (
                 "/console/operations/resolve",
                 {"operation_id": console_world.unknown_b, "decision": "confirmed"},
@@ -153,6 +154,7 @@ def test_forms_need_the_session_token_and_post_to_the_inbox(console_world: Conso
     with console_world.client() as client:
         sign_in(client, "key-a", name="Ada")
         page = client.get("/console/conversations/a1")
+        assert 'action="/console/conversations/a1/cancel"' in page.text and ">Cancel</button>" in page.text
         refused = client.post("/console/conversations/a1/messages", data={"content": "no token"})
         assert refused.status_code == 403
         refused = client.post("/console/conversations/a1/messages", data={"content": "x", "csrf": "forged"})
@@ -447,7 +449,11 @@ def test_the_fork_page_and_its_forms_refuse_bad_input(console_world: ConsoleWorl
             "/console/conversations/a3/branch", data={"csrf": token, "at_seq": "3"}, follow_redirects=False
         )
         assert moved.status_code == 303 and moved.headers["location"].endswith("?notice=branched")
+        cancelled = client.post(
+            "/console/conversations/a3/cancel", data={"csrf": token}, follow_redirects=False
+        )
+        assert cancelled.status_code == 303 and cancelled.headers["location"].endswith("?notice=cancel")
     settings = console_world.settings
     found = [CODEC.decode(m.value()) for m in read_log(settings, INBOX.name(settings.namespace))]
     commands = {(r.conversation_id, r.command, r.at_seq, r.source_conversation_id) for r in found}
-    assert {("a3-fork", "fork", 2, "a3"), ("a3", "branch", 3, None)} <= commands
+    assert {("a3-fork", "fork", 2, "a3"), ("a3", "branch", 3, None), ("a3", "cancel", None, None)} <= commands
