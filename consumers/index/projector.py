@@ -20,6 +20,7 @@ from convdb.consumers.base import Batch, ConsumedRecord, DigestOf, Rejection, Ta
 from convdb.consumers.index.tables import (
     COLUMNS,
     KEY,
+    SQLITE_INDEX_WORDS,
     TEXT_COLUMNS,
     conversations,
     events,
@@ -37,7 +38,7 @@ class IndexConsumer(TableProjector):
     """Projector `index`: one row per event the chain admits; a re-delivered event id is skipped."""
 
     name = "index"
-    version = 8
+    version = 9
     metadata = metadata
     digest_of = (DigestOf(events, ("event_id",), ("seq", "event_id")),)
 
@@ -56,10 +57,23 @@ class IndexConsumer(TableProjector):
         kept = batch.events() if not skipped else [r for r in batch.events() if id(r) not in skipped]
         batch.store_payloads(connection, kept)
         bulk_insert(connection, events, COLUMNS, [row_of(r) for r in kept], ignore_conflicts_on=KEY)
-        worded = [row for row in map(text_row_of, kept) if row[-1]]
-        bulk_insert(connection, text, TEXT_COLUMNS, worded, ignore_conflicts_on=KEY)
+        _insert_text(connection, [row for row in map(text_row_of, kept) if row[-1]])
         chains.write(connection)
         return rejected
+
+
+def _insert_text(connection: Connection, rows: list[tuple[Any, ...]]) -> None:
+    """Insert full-text rows (a re-delivered one is skipped); on SQLite, then index their words in
+    FTS5 in one statement (rowids are given in increasing order, so the new rows are those above
+    the largest before)."""
+    if not rows:
+        return
+    if connection.dialect.name != "sqlite":
+        bulk_insert(connection, text, TEXT_COLUMNS, rows, ignore_conflicts_on=KEY)
+        return
+    before = connection.execute(sa.select(sa.func.coalesce(sa.func.max(text.c.doc), 0))).scalar_one()
+    bulk_insert(connection, text, TEXT_COLUMNS, rows, ignore_conflicts_on=KEY)
+    connection.exec_driver_sql(SQLITE_INDEX_WORDS, (before,))
 
 
 def _admit(
