@@ -192,7 +192,9 @@ def test_shorten_of_a_prefix_equals_shortening_everything(parts: list[str], limi
 
 @given(
     st.lists(
-        st.sampled_from(["ls", "-la", "Agent", "4096", "file.txt", "x_y", "w" * 120, "\n", " ", "é", "日本", "ⅻ"])
+        st.sampled_from(
+            ["ls", "-la", "Agent", "4096", "file.txt", "x_y", "w" * 120, "\n", " ", "é", "日本", "ⅻ"]
+        )
         | st.text(max_size=8),
         max_size=60,
     )
