@@ -177,10 +177,10 @@ def search_body(event: Event) -> str:
         return " ".join(dict.fromkeys(terms(text)))
     # `terms` by a byte translation (4x faster than the regular expression, whose share of the
     # sink's time was a fifth): an ASCII text's words are its runs of ASCII letters and digits.
-    words = text.encode("ascii").translate(_ASCII_WORDS).split()
-    if words and max(map(len, words)) > TERM_LIMIT:
-        words = [word[:TERM_LIMIT] for word in words]
-    return b" ".join(dict.fromkeys(words)).decode("ascii")
+    words = dict.fromkeys(text.encode("ascii").translate(_ASCII_WORDS).split())
+    if max(map(len, words), default=0) > TERM_LIMIT:  # cut after dropping repeats: fewer to measure
+        words = dict.fromkeys(word[:TERM_LIMIT] for word in words)
+    return b" ".join(words).decode("ascii")
 
 
 def query_terms(q: str) -> tuple[str, ...]:
