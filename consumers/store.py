@@ -31,6 +31,7 @@ from sqlalchemy.exc import ArgumentError, SQLAlchemyError
 
 from convdb.consumers._bulk import bulk_insert as bulk_insert  # re-exported: part of the store API
 from convdb.consumers._bulk import plain_columns, sqlite_upsert
+from convdb.consumers._bulk import sqlite_insert_returning as sqlite_insert_returning  # re-exported
 from convdb.consumers.errors import StoreError
 
 

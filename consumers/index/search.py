@@ -18,7 +18,7 @@ from sqlalchemy.engine import Connection
 
 from convdb.consumers._rows import event_from_payload, from_micros, micros
 from convdb.consumers.errors import QueryInputError
-from convdb.consumers.index.tables import COLUMNS, FTS, TSVECTOR, events, text
+from convdb.consumers.index.tables import COLUMNS, FTS, TSVECTOR, events
 from convdb.consumers.store import stored_payload
 from convdb.projections._text import shorten
 from convdb.projections.index import (
@@ -33,7 +33,7 @@ from convdb.projections.index import (
 MAX_COMBINATIONS = 32
 """Most (kind, source) pairs one search may ask for (each is one index range scan)."""
 
-_COLUMNS = tuple(c for c in COLUMNS if c != "tenant_id")  # a search is within one tenant
+_COLUMNS = tuple(c for c in COLUMNS if c not in ("tenant_id", "doc", "body"))  # within one tenant
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,9 +81,8 @@ def text_query(query: SearchQuery, dialect: str) -> sa.Select[Any]:
     The store's word index finds the tenant's events holding every word; the filters and the
     keyset order apply to those (a page costs what the rarest word's matches cost, not N).
     """
-    c = text.c
-    columns = [c[name] for name in _COLUMNS if name != "parent_id"]
-    stmt = sa.select(*columns, sa.null().label("parent_id"), stored_payload(text))
+    c = events.c
+    stmt = sa.select(*(c[name] for name in _COLUMNS), stored_payload(events))
     if dialect == "sqlite":
         words = " AND ".join(f'"{word}"' for word in query.words)  # words are letters and digits only
         fts = sa.table(FTS, sa.column("rowid"))
