@@ -157,8 +157,9 @@ _DESCRIPTIONS: dict[str, Callable[[Any], str]] = {
 def terms(text: str) -> list[str]:
     """The words full-text search sees in `text`: lower-cased, each cut at `TERM_LIMIT`, in order.
 
-    Both stores are given these words joined by spaces (SQLite FTS5's unicode61 tokenizer and
-    PostgreSQL's `simple` configuration then split and fold them alike), so they answer the same.
+    Both stores are given these words (each once, `search_body`) joined by spaces (SQLite FTS5's
+    unicode61 tokenizer and PostgreSQL's `simple` configuration then split and fold them alike), so
+    they answer the same.
     """
     return [word[:TERM_LIMIT] for word in _WORD.findall(text.lower())]
 
