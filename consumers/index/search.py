@@ -80,18 +80,31 @@ def text_query(query: SearchQuery, dialect: str) -> sa.Select[Any]:
 
     The store's word index finds the tenant's events holding every word; the filters and the
     keyset order apply to those (a page costs what the rarest word's matches cost, not N).
+    On PostgreSQL the matches are a materialized CTE: with the words in the event rows, the planner
+    otherwise walked the time index in page order and computed `to_tsvector` of every row it
+    passed (measured 0.5 s for two words over 30k events instead of a few ms).
     """
     c = events.c
-    stmt = sa.select(*(c[name] for name in _COLUMNS), stored_payload(events))
+    columns = [c[name] for name in _COLUMNS]
     if dialect == "sqlite":
         words = " AND ".join(f'"{word}"' for word in query.words)  # words are letters and digits only
         fts = sa.table(FTS, sa.column("rowid"))
-        stmt = stmt.join(fts, fts.c.rowid == c.doc).where(sa.literal_column(FTS).op("MATCH")(words))
-    else:
-        words = " & ".join(query.words)
-        stmt = stmt.where(
-            sa.text(f"{TSVECTOR} @@ to_tsquery('simple'::regconfig, :words)").bindparams(words=words)
-        )
+        stmt = sa.select(*columns, stored_payload(events)).join(fts, fts.c.rowid == c.doc)
+        stmt = _text_filters(stmt.where(sa.literal_column(FTS).op("MATCH")(words)), events, query)
+        return stmt.order_by(c.timestamp_us, c.conversation_id, c.seq, c.event_id).limit(query.limit + 1)
+    match = sa.text(f"{TSVECTOR} @@ to_tsquery('simple'::regconfig, :words)")
+    hits = _text_filters(
+        sa.select(*columns).where(match.bindparams(words=" & ".join(query.words))), events, query
+    )
+    found = hits.cte("hits").prefix_with("MATERIALIZED")
+    h = found.c
+    stmt = sa.select(*(h[name] for name in _COLUMNS), stored_payload(found))
+    return stmt.order_by(h.timestamp_us, h.conversation_id, h.seq, h.event_id).limit(query.limit + 1)
+
+
+def _text_filters(stmt: sa.Select[Any], table: sa.Table, query: SearchQuery) -> sa.Select[Any]:
+    """`stmt` restricted to the query's tenant, filters and the rows after its cursor."""
+    c = table.c
     stmt = stmt.where(c.tenant_id == query.tenant_id)
     if query.conversation_id is not None:
         stmt = stmt.where(c.conversation_id == query.conversation_id)
@@ -109,7 +122,7 @@ def text_query(query: SearchQuery, dialect: str) -> sa.Select[Any]:
         stmt = stmt.where(
             sa.tuple_(c.timestamp_us, c.conversation_id, c.seq, c.event_id) > sa.tuple_(*position)
         )
-    return stmt.order_by(c.timestamp_us, c.conversation_id, c.seq, c.event_id).limit(query.limit + 1)
+    return stmt
 
 
 def _with_text(row: dict[str, Any], words: tuple[str, ...]) -> dict[str, Any]:
