@@ -113,7 +113,7 @@ def log_position(partition: int, offset: int) -> int:
     return partition << OFFSET_BITS | offset
 
 
-def stored_payload(table: sa.Table) -> sa.Label[bytes]:
+def stored_payload(table: sa.FromClause) -> sa.Label[bytes]:
     """The payload of each row of `table` (found by its `partition` and `offset` columns), to select
     as `payload`: looked up for the rows a query returns only."""
     p = event_payloads.c

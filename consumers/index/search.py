@@ -85,11 +85,11 @@ def text_query(query: SearchQuery, dialect: str) -> sa.Select[Any]:
     passed (measured 0.5 s for two words over 30k events instead of a few ms).
     """
     c = events.c
-    columns = [c[name] for name in _COLUMNS]
+    columns: list[sa.ColumnElement[Any]] = [c[name] for name in _COLUMNS]
     if dialect == "sqlite":
         words = " AND ".join(f'"{word}"' for word in query.words)  # words are letters and digits only
         fts = sa.table(FTS, sa.column("rowid"))
-        stmt = sa.select(*columns, stored_payload(events)).join(fts, fts.c.rowid == c.doc)
+        stmt: sa.Select[Any] = sa.select(*columns, stored_payload(events)).join(fts, fts.c.rowid == c.doc)
         stmt = _text_filters(stmt.where(sa.literal_column(FTS).op("MATCH")(words)), events, query)
         return stmt.order_by(c.timestamp_us, c.conversation_id, c.seq, c.event_id).limit(query.limit + 1)
     match = sa.text(f"{TSVECTOR} @@ to_tsquery('simple'::regconfig, :words)")
@@ -98,8 +98,8 @@ def text_query(query: SearchQuery, dialect: str) -> sa.Select[Any]:
     )
     found = hits.cte("hits").prefix_with("MATERIALIZED")
     h = found.c
-    stmt = sa.select(*(h[name] for name in _COLUMNS), stored_payload(found))
-    return stmt.order_by(h.timestamp_us, h.conversation_id, h.seq, h.event_id).limit(query.limit + 1)
+    page: sa.Select[Any] = sa.select(*(h[name] for name in _COLUMNS), stored_payload(found))
+    return page.order_by(h.timestamp_us, h.conversation_id, h.seq, h.event_id).limit(query.limit + 1)
 
 
 def _text_filters(stmt: sa.Select[Any], table: sa.Table, query: SearchQuery) -> sa.Select[Any]:
