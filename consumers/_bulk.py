@@ -15,9 +15,9 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
-__all__ = ["bulk_insert", "plain_columns", "sqlite_upsert"]
+__all__ = ["bulk_insert", "plain_columns", "sqlite_insert_returning", "sqlite_upsert"]
 
-_SQL_CACHE: dict[tuple[str, tuple[str, ...], tuple[str, ...], bool, int], str] = {}
+_SQL_CACHE: dict[tuple[str, tuple[str, ...], tuple[str, ...], bool, int, str | None], str] = {}
 
 
 def bulk_insert(
@@ -58,6 +58,23 @@ def sqlite_upsert(
         _sqlite_insert(conn, table, tuple(columns), rows, tuple(keys), replace=True)
 
 
+def sqlite_insert_returning(
+    conn: Connection,
+    table: sa.Table,
+    columns: Sequence[str],
+    rows: Sequence[tuple[Any, ...]],
+    ignore_conflicts_on: Sequence[str],
+    returning: str,
+) -> list[Any]:
+    """`bulk_insert` on SQLite, skipping rows whose key exists; returns the `returning` column of
+    the rows it inserted (in no particular order)."""
+    if not rows:
+        return []
+    return _sqlite_insert(
+        conn, table, tuple(columns), rows, tuple(ignore_conflicts_on), replace=False, returning=returning
+    )
+
+
 def plain_columns(table: sa.Table, columns: Sequence[str]) -> bool:
     """Whether SQLAlchemy would hand these columns' values to SQLite unchanged (no bind processing)."""
     return all(
@@ -75,20 +92,25 @@ def _sqlite_insert(
     rows: Sequence[tuple[Any, ...]],
     keys: tuple[str, ...],
     replace: bool,
-) -> None:
+    returning: str | None = None,
+) -> list[Any]:
     driver = conn.connection.driver_connection
     per_statement = max(1, driver.getlimit(sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER) // len(columns))  # type: ignore[union-attr]
     cursor = driver.cursor()  # type: ignore[union-attr]
+    returned: list[Any] = []
     try:
         start = 0
         for size in chunk_sizes(len(rows), per_statement):
             chunk = rows[start : start + size]
             start += size
-            sql = _sqlite_sql(conn, table, columns, keys, replace, size)
+            sql = _sqlite_sql(conn, table, columns, keys, replace, size, returning)
             with _as_sqlalchemy_error(sql, sqlite3.Error):
                 cursor.execute(sql, list(itertools.chain.from_iterable(chunk)))
+                if returning is not None:
+                    returned.extend(value for (value,) in cursor.fetchall())
     finally:
         cursor.close()
+    return returned
 
 
 MAX_ROWS_PER_STATEMENT = 4096
@@ -135,8 +157,9 @@ def _sqlite_sql(
     keys: tuple[str, ...],
     replace: bool,
     count: int,
+    returning: str | None = None,
 ) -> str:
-    cache_key = (table.name, columns, keys, replace, count)
+    cache_key = (table.name, columns, keys, replace, count, returning)
     sql = _SQL_CACHE.get(cache_key)
     if sql is None:
         quote = conn.dialect.identifier_preparer.quote
@@ -147,6 +170,8 @@ def _sqlite_sql(
         if keys:
             action = f"UPDATE SET {', '.join(updated)}" if updated else "NOTHING"
             sql += f" ON CONFLICT ({', '.join(quote(k) for k in keys)}) DO {action}"
+        if returning is not None:
+            sql += f" RETURNING {quote(returning)}"
         if len(_SQL_CACHE) > 256:  # a few sizes per table (`chunk_sizes`); bounded all the same
             _SQL_CACHE.clear()
         _SQL_CACHE[cache_key] = sql

@@ -31,6 +31,7 @@ from sqlalchemy.exc import ArgumentError, SQLAlchemyError
 
 from convdb.consumers._bulk import bulk_insert as bulk_insert  # re-exported: part of the store API
 from convdb.consumers._bulk import plain_columns, sqlite_upsert
+from convdb.consumers._bulk import sqlite_insert_returning as sqlite_insert_returning  # re-exported
 from convdb.consumers.errors import StoreError
 
 
@@ -112,7 +113,7 @@ def log_position(partition: int, offset: int) -> int:
     return partition << OFFSET_BITS | offset
 
 
-def stored_payload(table: sa.Table) -> sa.Label[bytes]:
+def stored_payload(table: sa.FromClause) -> sa.Label[bytes]:
     """The payload of each row of `table` (found by its `partition` and `offset` columns), to select
     as `payload`: looked up for the rows a query returns only."""
     p = event_payloads.c

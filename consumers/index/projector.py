@@ -20,13 +20,12 @@ from convdb.consumers.base import Batch, ConsumedRecord, DigestOf, Rejection, Ta
 from convdb.consumers.index.tables import (
     COLUMNS,
     KEY,
-    TEXT_COLUMNS,
+    SQLITE_INDEX_WORDS,
     conversations,
     events,
     metadata,
-    text,
 )
-from convdb.consumers.store import bulk_insert
+from convdb.consumers.store import bulk_insert, log_position, sqlite_insert_returning
 from convdb.projections import chain
 from convdb.projections._sequence import ANNOTATION_SEQ
 from convdb.projections.errors import ProjectionError
@@ -37,7 +36,7 @@ class IndexConsumer(TableProjector):
     """Projector `index`: one row per event the chain admits; a re-delivered event id is skipped."""
 
     name = "index"
-    version = 8
+    version = 9
     metadata = metadata
     digest_of = (DigestOf(events, ("event_id",), ("seq", "event_id")),)
 
@@ -55,11 +54,38 @@ class IndexConsumer(TableProjector):
         # In log order: the time-ordered indexes take appends (grouped rows made the inserts 8% slower).
         kept = batch.events() if not skipped else [r for r in batch.events() if id(r) not in skipped]
         batch.store_payloads(connection, kept)
-        bulk_insert(connection, events, COLUMNS, [row_of(r) for r in kept], ignore_conflicts_on=KEY)
-        worded = [row for row in map(text_row_of, kept) if row[-1]]
-        bulk_insert(connection, text, TEXT_COLUMNS, worded, ignore_conflicts_on=KEY)
+        _insert(connection, kept)
         chains.write(connection)
         return rejected
+
+    def drop(self, connection: Connection) -> None:
+        """Drop the index tables (and index v8's full-text table and its FTS5 table, if present)."""
+        super().drop(connection)
+        for legacy in ("index_text_fts", "index_text"):
+            connection.execute(sa.text(f"DROP TABLE IF EXISTS {legacy}"))
+
+
+def _insert(connection: Connection, records: Sequence[ConsumedRecord]) -> None:
+    """Insert a row per record (a re-delivered one is skipped) with its words: in the row on
+    PostgreSQL (its GIN index reads them there), in the FTS5 table on SQLite, for the rows
+    inserted only (the insert returns their `doc`)."""
+    if not records:
+        return
+    bodies = [search_body(r.value) for r in records]  # type: ignore[arg-type]  # events only
+    if connection.dialect.name != "sqlite":
+        rows = [row_of(r, body) for r, body in zip(records, bodies, strict=True)]
+        bulk_insert(connection, events, COLUMNS, rows, ignore_conflicts_on=KEY)
+        return
+    rows = [row_of(r) for r in records]
+    inserted = sqlite_insert_returning(connection, events, COLUMNS, rows, KEY, "doc")
+    new = None if len(inserted) == len(rows) else set(inserted)  # None: all, the usual case
+    words = [
+        (row[-2], body)
+        for row, body in zip(rows, bodies, strict=True)
+        if body and (new is None or row[-2] in new)
+    ]
+    if words:
+        connection.exec_driver_sql(SQLITE_INDEX_WORDS, words)
 
 
 def _admit(
@@ -143,8 +169,8 @@ def _stored_ids(connection: Connection, state: chain.Chain, seqs: list[int]) -> 
     return set(connection.execute(query).scalars())
 
 
-def row_of(record: ConsumedRecord) -> tuple[Any, ...]:
-    """The row of one event record, in `COLUMNS` order.
+def row_of(record: ConsumedRecord, body: str | None = None) -> tuple[Any, ...]:
+    """The row of one event record, in `COLUMNS` order, with its words (`body`; '' is none: NULL).
 
     The columns are those of `convdb.projections.index.index_row` but its text and payload: the
     payload is the store's copy (`Batch.store_payloads`), from which a search derives the text.
@@ -161,21 +187,6 @@ def row_of(record: ConsumedRecord) -> tuple[Any, ...]:
         micros(e.timestamp),
         record.partition,
         record.offset,
-    )
-
-
-def text_row_of(record: ConsumedRecord) -> tuple[Any, ...]:
-    """The full-text row of one event record, in `TEXT_COLUMNS` order (an empty body: no row)."""
-    e: Any = record.value
-    return (
-        e.tenant_id,
-        e.conversation_id,
-        micros(e.timestamp),
-        e.id,
-        e.seq,
-        e.kind,
-        e.source,
-        record.partition,
-        record.offset,
-        search_body(e),
+        log_position(record.partition, record.offset),
+        body or None,
     )

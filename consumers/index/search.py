@@ -18,7 +18,7 @@ from sqlalchemy.engine import Connection
 
 from convdb.consumers._rows import event_from_payload, from_micros, micros
 from convdb.consumers.errors import QueryInputError
-from convdb.consumers.index.tables import COLUMNS, FTS, TSVECTOR, events, text
+from convdb.consumers.index.tables import COLUMNS, FTS, TSVECTOR, events
 from convdb.consumers.store import stored_payload
 from convdb.projections._text import shorten
 from convdb.projections.index import (
@@ -33,7 +33,7 @@ from convdb.projections.index import (
 MAX_COMBINATIONS = 32
 """Most (kind, source) pairs one search may ask for (each is one index range scan)."""
 
-_COLUMNS = tuple(c for c in COLUMNS if c != "tenant_id")  # a search is within one tenant
+_COLUMNS = tuple(c for c in COLUMNS if c not in ("tenant_id", "doc", "body"))  # within one tenant
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,19 +80,31 @@ def text_query(query: SearchQuery, dialect: str) -> sa.Select[Any]:
 
     The store's word index finds the tenant's events holding every word; the filters and the
     keyset order apply to those (a page costs what the rarest word's matches cost, not N).
+    On PostgreSQL the matches are a materialized CTE: with the words in the event rows, the planner
+    otherwise walked the time index in page order and computed `to_tsvector` of every row it
+    passed (measured 0.5 s for two words over 30k events instead of a few ms).
     """
-    c = text.c
-    columns = [c[name] for name in _COLUMNS if name != "parent_id"]
-    stmt = sa.select(*columns, sa.null().label("parent_id"), stored_payload(text))
+    c = events.c
+    columns: list[sa.ColumnElement[Any]] = [c[name] for name in _COLUMNS]
     if dialect == "sqlite":
         words = " AND ".join(f'"{word}"' for word in query.words)  # words are letters and digits only
         fts = sa.table(FTS, sa.column("rowid"))
-        stmt = stmt.join(fts, fts.c.rowid == c.doc).where(sa.literal_column(FTS).op("MATCH")(words))
-    else:
-        words = " & ".join(query.words)
-        stmt = stmt.where(
-            sa.text(f"{TSVECTOR} @@ to_tsquery('simple'::regconfig, :words)").bindparams(words=words)
-        )
+        stmt: sa.Select[Any] = sa.select(*columns, stored_payload(events)).join(fts, fts.c.rowid == c.doc)
+        stmt = _text_filters(stmt.where(sa.literal_column(FTS).op("MATCH")(words)), events, query)
+        return stmt.order_by(c.timestamp_us, c.conversation_id, c.seq, c.event_id).limit(query.limit + 1)
+    match = sa.text(f"{TSVECTOR} @@ to_tsquery('simple'::regconfig, :words)")
+    hits = _text_filters(
+        sa.select(*columns).where(match.bindparams(words=" & ".join(query.words))), events, query
+    )
+    found = hits.cte("hits").prefix_with("MATERIALIZED")
+    h = found.c
+    page: sa.Select[Any] = sa.select(*(h[name] for name in _COLUMNS), stored_payload(found))
+    return page.order_by(h.timestamp_us, h.conversation_id, h.seq, h.event_id).limit(query.limit + 1)
+
+
+def _text_filters(stmt: sa.Select[Any], table: sa.Table, query: SearchQuery) -> sa.Select[Any]:
+    """`stmt` restricted to the query's tenant, filters and the rows after its cursor."""
+    c = table.c
     stmt = stmt.where(c.tenant_id == query.tenant_id)
     if query.conversation_id is not None:
         stmt = stmt.where(c.conversation_id == query.conversation_id)
@@ -110,7 +122,7 @@ def text_query(query: SearchQuery, dialect: str) -> sa.Select[Any]:
         stmt = stmt.where(
             sa.tuple_(c.timestamp_us, c.conversation_id, c.seq, c.event_id) > sa.tuple_(*position)
         )
-    return stmt.order_by(c.timestamp_us, c.conversation_id, c.seq, c.event_id).limit(query.limit + 1)
+    return stmt
 
 
 def _with_text(row: dict[str, Any], words: tuple[str, ...]) -> dict[str, Any]:

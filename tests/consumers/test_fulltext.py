@@ -162,3 +162,46 @@ def test_snippet_marks_each_word_around_the_first_hit() -> None:
     whole = snippet("short needle", ("needle",))
     assert whole == ("short needle", ((6, 12),))
     assert snippet("no match at all", ("needle",)).highlights == ()
+
+
+V8_TABLES = {
+    "sqlite": (
+        "CREATE TABLE index_text (doc INTEGER PRIMARY KEY, body TEXT NOT NULL)",
+        "CREATE VIRTUAL TABLE index_text_fts USING fts5(body, content='index_text', content_rowid='doc')",
+        "CREATE TABLE index_events (tenant_id TEXT, event_id TEXT)",
+    ),
+    "postgresql": (
+        "CREATE TABLE index_text (doc BIGINT PRIMARY KEY, body TEXT NOT NULL)",
+        "CREATE INDEX index_text_words ON index_text USING gin (to_tsvector('simple'::regconfig, body))",
+        "CREATE TABLE index_events (tenant_id TEXT, event_id TEXT)",
+    ),
+}
+"""Index v8's layout, as far as v9 must remove it: its full-text table (and SQLite's FTS5 table over it)."""
+
+
+@pytest.mark.postgres
+def test_index_v8_is_dropped_and_rebuilt(sqlite_url: str, pg_url: str) -> None:
+    """A store of index v8 (a second table of every event's words) is dropped on the version bump,
+    its full-text table too, and the rebuilt index finds what the pure rule finds."""
+    events = generated(3)
+    records = [ConsumedRecord("ev", 0, i, 0, e.conversation_id, e) for i, e in enumerate(events)]
+    for url in (sqlite_url, pg_url):
+        engine = open_engine(url)
+        with engine.begin() as conn:
+            for ddl in V8_TABLES[conn.dialect.name]:
+                conn.exec_driver_sql(ddl)
+            conn.exec_driver_sql(
+                "CREATE TABLE convdb_projections (name VARCHAR(100) PRIMARY KEY, version INT)"
+            )
+            conn.exec_driver_sql("INSERT INTO convdb_projections VALUES ('index', 8)")
+        projector = IndexConsumer()
+        assert ensure_projections(engine, [projector]) == ["index"]
+        with engine.begin() as conn:
+            assert not sa.inspect(conn).has_table("index_text")
+            projector.apply(conn, records)
+        with engine.connect() as conn:
+            query = SearchQuery(tenant_id="t1", q="alpha", limit=500)
+            assert [r["event_id"] for r in all_pages(conn, tenant_id="t1", q="alpha", limit=500)] == expected(
+                events, query
+            )
+        engine.dispose()

@@ -42,6 +42,8 @@ def fill(engine: Engine, conversation_id: str, n: int, partition: int, tenant: s
             T0_US + i * 1000,
             partition,
             i,
+            log_position(partition, i),
+            None,
         )
         for i in range(n)
     ]

@@ -188,3 +188,28 @@ def test_shorten_of_a_prefix_equals_shortening_everything(parts: list[str], limi
 
     text = "".join(parts)
     assert shorten(text, limit) == _shorten_reference(text, limit)
+
+
+@given(
+    st.lists(
+        st.sampled_from(
+            ["ls", "-la", "Agent", "4096", "file.txt", "x_y", "w" * 120, "\n", " ", "é", "日本", "ⅻ"]
+        )
+        | st.text(max_size=8),
+        max_size=60,
+    )
+)
+def test_search_body_is_the_distinct_terms_of_the_description(parts: list[str]) -> None:
+    """The indexed body is each word of `terms` once, in first-occurrence order, on the ASCII fast
+    path (a byte translation) as on the regular expression's: the stores find the same events."""
+    from convdb.projections.index import BODY_LIMIT, search_body, terms
+    from convdb.schemas import MessageEvent
+
+    content = "".join(parts)
+    event = MessageEvent(
+        id="e", conversation_id="c", tenant_id="t", seq=1, timestamp=datetime(2025, 1, 1, tzinfo=UTC),
+        source="user", role="user", content=content,
+    )  # fmt: skip
+    words = terms(describe(event)[:BODY_LIMIT])
+    assert search_body(event) == " ".join(dict.fromkeys(words))
+    assert set(search_body(event).split(" ")) - {""} == set(words)
