@@ -17,6 +17,7 @@ import sys
 import time
 from collections import deque
 from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 from functools import partial
 from typing import Any, TextIO
@@ -46,6 +47,8 @@ logger = logging.getLogger(__name__)
 
 DEADLINE_CHECK_S = 0.5
 """How often a runner looks for delegation deadlines that passed."""
+RESTORE_THREADS = 4
+"""Partitions a runner restores at once when it is given several (`FleetRunner._restore`)."""
 
 
 class StopPoints(CrashPoints):
@@ -163,7 +166,11 @@ class FleetRunner:
             self._broken.pop(p, None)  # it gets a new writer below: the group's word is the latest
         for p in [p for p in self._revoked if p not in wanted]:
             self._revoked.pop(p).close()
-        reports = [report for p in wanted if (report := self._own(p, consumer)) is not None]
+        kept = {p: owner for p in wanted if (owner := self.owners.get(p) or self._revoked.pop(p, None))}
+        built, reports = self._restore([p for p in wanted if p not in kept], consumer)
+        for p in wanted:
+            self.owners[p] = kept.get(p) or built[p]
+            self._takeover.append(p)
         self.last_activity = time.monotonic()
         self.assignment.assign((self.inbox, p) for p in wanted)
         self.ctx.metrics.partitions.set(len(self.owners))
@@ -175,18 +182,34 @@ class FleetRunner:
             restores=self.restores,
         )
 
-    def _own(self, partition: int, consumer: Consumer) -> dict[str, object] | None:
-        """Take a partition over: its writer kept through an eager rebalance, else a new one with
-        its conversations restored (the restore's report); its interrupted runs are due."""
-        owner = self.owners.get(partition) or self._revoked.pop(partition, None)
-        report = None
-        if owner is None:
-            owner = PartitionOwner(self.ctx, partition, consumer)
-            report = owner.restore()
-            self._count_restore(partition)
-        self.owners[partition] = owner
-        self._takeover.append(partition)
-        return report
+    def _restore(
+        self, partitions: list[int], consumer: Consumer
+    ) -> tuple[dict[int, PartitionOwner], list[dict[str, object]]]:
+        """New owners of `partitions`, each fencing the previous writer and restoring its
+        conversations, in parallel: their reads and fencing overlap, so a runner given several
+        partitions at once takes them over in about the time of the largest, not of their sum."""
+        if not partitions:
+            return {}, []
+        with ThreadPoolExecutor(min(RESTORE_THREADS, len(partitions)), "convdb-restore") as pool:
+            futures = {p: pool.submit(self._build, p, consumer) for p in partitions}
+        failed = [error for f in futures.values() if (error := f.exception()) is not None]
+        if failed:
+            for f in futures.values():
+                if f.exception() is None:
+                    f.result()[0].close()
+            raise failed[0]
+        built = {p: f.result() for p, f in futures.items()}
+        for p in partitions:
+            self._count_restore(p)
+        return {p: owner for p, (owner, _) in built.items()}, [report for _, report in built.values()]
+
+    def _build(self, partition: int, consumer: Consumer) -> tuple[PartitionOwner, dict[str, object]]:
+        owner = PartitionOwner(self.ctx, partition, consumer)
+        try:
+            return owner, owner.restore()
+        except BaseException:
+            owner.close()
+            raise
 
     def _count_restore(self, partition: int) -> None:
         self.restores[partition] = self.restores.get(partition, 0) + 1

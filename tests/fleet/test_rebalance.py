@@ -34,15 +34,26 @@ from tests.producers._support import by_conversation, records
 pytestmark = [pytest.mark.kafka]
 
 CONVERSATIONS = 8
-EVERY_S = 0.6
+EVERY_S = 1.2
 """Each conversation gets a user message this often while the fleet changes."""
+
+
+def spread(partitions: int) -> list[str]:
+    """`CONVERSATIONS` conversation ids, as many on each partition."""
+    ids: list[str] = []
+    per = CONVERSATIONS // partitions
+    while len(ids) < per * partitions:
+        cid = f"rb-{uuid.uuid4().hex[:8]}"
+        if sum(partition_for(c, partitions) == partition_for(cid, partitions) for c in ids) < per:
+            ids.append(cid)
+    return ids
 
 
 class Feeder:
     """Sends each conversation a user message every `EVERY_S` from a thread, and remembers when."""
 
     def __init__(self, settings: Settings) -> None:
-        self.ids = [f"rb-{i}-{uuid.uuid4().hex[:6]}" for i in range(CONVERSATIONS)]
+        self.ids = spread(settings.partitions)
         self.publisher = EventPublisher(settings, SingleObjectCodec())
         self.sent: dict[str, float] = {}
         """Message text -> when it was sent."""
