@@ -160,6 +160,14 @@ def rebalance_config(settings: Settings, *, incremental: bool) -> dict[str, Any]
     }
 
 
+def is_incremental(conf: dict[str, Any]) -> bool:
+    """True when a member with these settings is given and revoked only the partitions that move
+    (its rebalance callbacks see deltas), False for an eager member (all revoked, all assigned)."""
+    return conf.get("group.protocol") == "consumer" or conf.get("partition.assignment.strategy") == (
+        "cooperative-sticky"
+    )
+
+
 def apply_group_timeouts(settings: Settings, group_id: str, timeout: float = 10.0) -> bool:
     """Give a KIP-848 group the session timeout and heartbeat interval of these settings.
 

@@ -15,6 +15,7 @@ import math
 from typing import Any
 
 from convdb.infra.kafka import apply_group_timeouts, consumer_config
+from convdb.infra.kafka import is_incremental as is_incremental
 from convdb.infra.settings import Settings
 
 POLL_INTERVAL_FLOOR_MS = 300_000
@@ -44,14 +45,6 @@ def runner_config(settings: Settings) -> dict[str, Any]:
     if settings.runtime.instance_id:
         overrides["group.instance.id"] = settings.runtime.instance_id
     return consumer_config(settings, settings.group("runner"), incremental=True, **overrides)
-
-
-def is_incremental(conf: dict[str, Any]) -> bool:
-    """True when a member with these settings is given and revoked only the partitions that move
-    (its rebalance callbacks see deltas), False for an eager member (all revoked, all assigned)."""
-    return conf.get("group.protocol") == "consumer" or conf.get("partition.assignment.strategy") == (
-        "cooperative-sticky"
-    )
 
 
 def prepare_group(settings: Settings) -> None:
