@@ -15,7 +15,6 @@ import math
 from typing import Any
 
 from convdb.infra.kafka import apply_group_timeouts, consumer_config
-from convdb.infra.kafka import is_incremental as is_incremental
 from convdb.infra.settings import Settings
 
 POLL_INTERVAL_FLOOR_MS = 300_000

@@ -26,7 +26,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Topic
 from prometheus_client import CollectorRegistry
 from prometheus_client import Counter as MetricCounter
 
-from convdb.infra.kafka import group_timeouts_ms
+from convdb.infra.kafka import group_timeouts_ms, is_incremental
 from convdb.infra.liveness import AssignmentWatch
 from convdb.infra.logs import log_context
 from convdb.infra.ops import Health
@@ -38,7 +38,7 @@ from convdb.producers.errors import (
     PublishError,
 )
 from convdb.producers.fleet.intake import Intake
-from convdb.producers.fleet.membership import is_incremental, prepare_group, runner_config
+from convdb.producers.fleet.membership import prepare_group, runner_config
 from convdb.producers.fleet.owner import FleetContext, PartitionOwner
 from convdb.producers.fleet.trouble import PartitionTrouble
 from convdb.schemas.topics import INBOX
