@@ -39,7 +39,7 @@ from convdb.consumers.metrics import ConsumerMetrics
 from convdb.consumers.store import ensure_projections, open_engine
 from convdb.consumers.store import stored_offsets as read_stored_offsets
 from convdb.infra import tracing
-from convdb.infra.kafka import make_consumer
+from convdb.infra.kafka import apply_group_timeouts, consumer_config, is_incremental
 from convdb.infra.records import coordinates
 from convdb.infra.settings import Settings
 from convdb.schemas import Codec, SingleObjectCodec, make_codec
@@ -108,6 +108,8 @@ class Runner:
             self.engine, self.projectors, settings.namespace, self._dead, self.metrics, store_retry_s
         )
         self._pipeline: StorePipeline[_Decoded, _Written] | None = None
+        self._incremental = False
+        """True when rebalances give and take only the partitions that move (`run` decides)."""
 
     @property
     def assignment(self) -> list[tuple[str, int]]:
@@ -121,7 +123,12 @@ class Runner:
     def run(self) -> None:
         """Consume until `stop()`; raises on infrastructure failures that outlast the retry deadline."""
         ensure_projections(self.engine, self.projectors)
-        consumer = make_consumer(self.settings, self.settings.group(self.name))
+        # Incremental where the broker can: a member joining or leaving moves only the partitions
+        # that change hands, the others are read on without a pause.
+        conf = consumer_config(self.settings, self.settings.group(self.name), incremental=True)
+        self._incremental = is_incremental(conf)
+        apply_group_timeouts(self.settings, self.settings.group(self.name))
+        consumer = Consumer(conf)
         self._consumer = consumer
         # Batch N is written and committed in this thread while batch N+1 is consumed and decoded.
         pipeline = StorePipeline(self._write, f"convdb-{self.name}-store", after=batch_done)
@@ -250,11 +257,15 @@ class Runner:
             starts = [stored.get((p.name, tp.topic, tp.partition), -1) for p in self._readers[tp.topic]]
             start = min(starts)
             tp.offset = start if start >= 0 else OFFSET_BEGINNING
-        logger.info(
-            "runner %s assigned %s", self.name, [(tp.topic, tp.partition, tp.offset) for tp in partitions]
+        if self._incremental:  # the partitions given now, beside the ones kept
+            consumer.incremental_assign(partitions)
+            self._assigned = [*self._assigned, *partitions]
+        else:
+            consumer.assign(partitions)
+            self._assigned = list(partitions)
+        logger.info(  # the whole assignment, with the offset each partition started from
+            "runner %s assigned %s", self.name, [(tp.topic, tp.partition, tp.offset) for tp in self._assigned]
         )
-        consumer.assign(partitions)
-        self._assigned = list(partitions)
         if self.assigned_at is None:
             self.assigned_at = time.perf_counter()
         self.metrics.assignment.assign(wanted)

@@ -32,7 +32,12 @@ class KafkaSettings(Section):
         "Kafka rejects (group.min.session.timeout.ms=6000).",
     )
     session_timeout_ms: int = Field(10000, description="Consumer group session timeout on a real Kafka.")
-    heartbeat_interval_ms: int = Field(3000, description="Heartbeat interval on a real Kafka.")
+    heartbeat_interval_ms: int = Field(
+        1000,
+        description="Heartbeat interval on a real Kafka. Under the KIP-848 consumer protocol (fleet "
+        "runners) a member learns at its next heartbeat that a partition moves to or from it, so a "
+        "moved partition waits one to two intervals.",
+    )
     embedded_session_timeout_ms: int = Field(
         2000, description="Session timeout on the embedded broker (it holds joins session/2)."
     )
@@ -140,6 +145,13 @@ class RuntimeSettings(Section):
         description="Fleet runners append up to this many inbox records the consumer already holds "
         "(OpenHands batches, dead letters) in one transaction with their offsets; a user message or "
         "command still ends the batch and runs on its own.",
+    )
+    instance_id: str | None = Field(
+        None,
+        description="This fleet runner's stable name in its group (`group.instance.id`, static "
+        "membership): a runner restarted under the same name within the session timeout gets its "
+        "partitions back and the others see no rebalance. Unique per live runner (a StatefulSet pod "
+        "name; the k8s manifests set it); unset, every start is a new member.",
     )
     max_record_bytes: int = Field(
         1_000_000,

@@ -109,6 +109,10 @@ def broker_properties(replicas: int) -> dict[str, str]:
         "min.insync.replicas": min_isr,
         # A test group must not wait 3 s for more members before its first assignment.
         "group.initial.rebalance.delay.ms": "0",
+        # KIP-848 groups may set the session and heartbeat of the classic ones (6 s and 500 ms at
+        # least, as group.min.session.timeout.ms allows there): `kafka.apply_group_timeouts`.
+        "group.consumer.min.session.timeout.ms": "6000",
+        "group.consumer.min.heartbeat.interval.ms": "500",
         "auto.create.topics.enable": "false",
         "num.partitions": "1",
         # The cleaner wakes every second, so compaction is observable within a test.

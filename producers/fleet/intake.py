@@ -80,9 +80,15 @@ class Intake:
         self.faults = {at: f for at, f in self.faults.items() if at[0] in keep}
         self.careful = {p: o for p, o in self.careful.items() if p in keep}
 
-    def handle_partition(self, partition: int, msgs: list[Message]) -> None:
+    def handle_partition(
+        self, partition: int, msgs: list[Message], between: Callable[[], bool] = lambda: True
+    ) -> None:
         """Stage OpenHands payloads and dead letters; a user message or command commits what is
         staged, then runs on its own (`handle`); the rest commits at the end, in one transaction.
+
+        `between` is called after each run (the runner serves its rebalance callbacks there); when
+        it answers False the partition is no longer ours as it was, and the rest is left to be
+        read again from the committed offset.
 
         After a commit failed for a record's own fault (`limits.record_fault`), the records of
         that batch commit one by one (`careful`), so the next failure names its record, which is
@@ -95,6 +101,8 @@ class Intake:
             if record is not None:
                 self._commit(batch)
                 self._run(msg, record)
+                if not between():
+                    return
             elif self.careful.get(partition, -1) >= coordinates(msg)[2]:
                 self._commit(batch)
         self._commit(batch)

@@ -15,15 +15,18 @@ import os
 import signal
 import sys
 import time
-from collections.abc import Callable
+from collections import deque
+from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 from functools import partial
 from typing import Any, TextIO
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
 from prometheus_client import CollectorRegistry
+from prometheus_client import Counter as MetricCounter
 
-from convdb.infra.kafka import group_timeouts_ms, make_consumer
+from convdb.infra.kafka import group_timeouts_ms, is_incremental
 from convdb.infra.liveness import AssignmentWatch
 from convdb.infra.logs import log_context
 from convdb.infra.ops import Health
@@ -35,6 +38,7 @@ from convdb.producers.errors import (
     PublishError,
 )
 from convdb.producers.fleet.intake import Intake
+from convdb.producers.fleet.membership import prepare_group, runner_config
 from convdb.producers.fleet.owner import FleetContext, PartitionOwner
 from convdb.producers.fleet.trouble import PartitionTrouble
 from convdb.schemas.topics import INBOX
@@ -43,6 +47,8 @@ logger = logging.getLogger(__name__)
 
 DEADLINE_CHECK_S = 0.5
 """How often a runner looks for delegation deadlines that passed."""
+RESTORE_THREADS = 4
+"""Partitions a runner restores at once when it is given several (`FleetRunner._restore`)."""
 
 
 class StopPoints(CrashPoints):
@@ -73,7 +79,11 @@ class FleetRunner:
         self.settings = ctx.settings
         self.out = out or sys.stdout
         self.inbox = INBOX.name(self.settings.namespace)
-        self.consumer: Consumer = make_consumer(self.settings, self.settings.group("runner"))
+        conf = runner_config(self.settings)
+        self.incremental = is_incremental(conf)
+        """True when rebalances move only the partitions that change hands (callbacks get deltas)."""
+        prepare_group(self.settings)
+        self.consumer: Consumer = Consumer(conf)
         self.owners: dict[int, PartitionOwner] = {}
         self._revoked: dict[int, PartitionOwner] = {}
         self._takeover: list[int] = []
@@ -87,9 +97,21 @@ class FleetRunner:
         """Partitions whose writer was dropped after a failed or fenced write: rebuilt after poll
         number N, not before time T (`_rebuild_broken`), if the group still gives them to us."""
         self._polls = 0
-        self._generation = 0
-        """Rebalances seen (records read before one may be stale)."""
+        self._epochs: dict[int, int] = {}
+        """Partition -> rebalance callbacks that named it: a record fetched under an older epoch of
+        its partition is stale (its position was reset, or it is another runner's now)."""
+        self._pending: deque[tuple[int, Message]] = deque()
+        """Fetched inbox records not handled yet, each with its partition's epoch when fetched."""
+        self.restores: dict[int, int] = {}
+        """Partition -> times this runner built its owner (restored its conversations): a
+        partition kept through a rebalance is never restored again."""
         self.registry = CollectorRegistry()
+        self._restores_metric = MetricCounter(
+            "convdb_runner_partition_restores",
+            "Partitions whose conversations this runner restored (assigned, or rebuilt after a failed write)",
+            ["partition"],
+            registry=self.registry,
+        )
         self.health = Health(self.settings.ops.stall_after_s)
         self.trouble = PartitionTrouble(self.health, ctx.metrics)
         # Served with the runner's own metrics (steps, LLM use, operations); a conversation's
@@ -130,11 +152,13 @@ class FleetRunner:
 
     # -- rebalance callbacks -------------------------------------------------------------------
     def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
-        self._generation += 1
+        """Own the partitions given (all of them after an eager rebalance, the new ones after an
+        incremental one): a partition this runner kept is never restored again."""
         wanted = sorted(tp.partition for tp in partitions)
+        self._bump(wanted)
         # (positions start at the committed offsets; a partition paused by `_rebuild` is resumed)
-        self._unsynced = self._paused.intersection(wanted)
-        self._assigned = set(wanted)
+        self._unsynced |= self._paused.intersection(wanted)
+        self._assigned |= set(wanted)
         self.intake.forget(self._assigned)
         for p in [p for p in self.trouble.failing if p not in self._assigned]:
             self.trouble.forget(p)
@@ -142,35 +166,79 @@ class FleetRunner:
             self._broken.pop(p, None)  # it gets a new writer below: the group's word is the latest
         for p in [p for p in self._revoked if p not in wanted]:
             self._revoked.pop(p).close()
-        reports = []
+        kept = {p: owner for p in wanted if (owner := self.owners.get(p) or self._revoked.pop(p, None))}
+        built, reports = self._restore([p for p in wanted if p not in kept], consumer)
         for p in wanted:
-            owner = self._revoked.pop(p, None)
-            if owner is None:
-                owner = PartitionOwner(self.ctx, p, consumer)
-                reports.append(owner.restore())
-            self.owners[p] = owner
+            self.owners[p] = kept.get(p) or built[p]
             self._takeover.append(p)
         self.last_activity = time.monotonic()
         self.assignment.assign((self.inbox, p) for p in wanted)
         self.ctx.metrics.partitions.set(len(self.owners))
-        self.emit("assigned", partitions=wanted, restored=reports)
+        self.emit(
+            "assigned",
+            partitions=sorted(self._assigned),
+            added=wanted,
+            restored=reports,
+            restores=self.restores,
+        )
+
+    def _restore(
+        self, partitions: list[int], consumer: Consumer
+    ) -> tuple[dict[int, PartitionOwner], list[dict[str, object]]]:
+        """New owners of `partitions`, each fencing the previous writer and restoring its
+        conversations, in parallel: their reads and fencing overlap, so a runner given several
+        partitions at once takes them over in about the time of the largest, not of their sum."""
+        if not partitions:
+            return {}, []
+        with ThreadPoolExecutor(min(RESTORE_THREADS, len(partitions)), "convdb-restore") as pool:
+            futures = {p: pool.submit(self._build, p, consumer) for p in partitions}
+        failed = [error for f in futures.values() if (error := f.exception()) is not None]
+        if failed:
+            for f in futures.values():
+                if f.exception() is None:
+                    f.result()[0].close()
+            raise failed[0]
+        built = {p: f.result() for p, f in futures.items()}
+        for p in partitions:
+            self._count_restore(p)
+        return {p: owner for p, (owner, _) in built.items()}, [report for _, report in built.values()]
+
+    def _build(self, partition: int, consumer: Consumer) -> tuple[PartitionOwner, dict[str, object]]:
+        owner = PartitionOwner(self.ctx, partition, consumer)
+        try:
+            return owner, owner.restore()
+        except BaseException:
+            owner.close()
+            raise
+
+    def _count_restore(self, partition: int) -> None:
+        self.restores[partition] = self.restores.get(partition, 0) + 1
+        self._restores_metric.labels(str(partition)).inc()
 
     def _on_revoke(self, _consumer: Consumer, partitions: list[TopicPartition]) -> None:
-        self._generation += 1
-        self._unsynced.difference_update(tp.partition for tp in partitions)
-        self._assigned.difference_update(tp.partition for tp in partitions)
-        # Eager rebalance: nobody else can own these before our next assignment, so the writers are
-        # kept (no re-init, no restore) in case the partitions come back.
-        for tp in partitions:
-            owner = self.owners.pop(tp.partition, None)
-            if owner is not None:
-                self._revoked[tp.partition] = owner
-        self.assignment.revoke((self.inbox, tp.partition) for tp in partitions)
+        """Give partitions up. The run in hand is committed by now: callbacks are served between
+        runs. Eagerly revoked writers are kept (nobody else can own the partitions before our next
+        assignment, which may give them back); incrementally revoked ones go to another runner
+        now, so they are closed."""
+        gone = sorted(tp.partition for tp in partitions)
+        self._bump(gone)
+        self._unsynced.difference_update(gone)
+        self._assigned.difference_update(gone)
+        for p in gone:
+            owner = self.owners.pop(p, None)
+            if owner is None:
+                continue
+            if self.incremental:
+                self.trouble.forget(p)
+                owner.close()
+            else:
+                self._revoked[p] = owner
+        self.assignment.revoke((self.inbox, p) for p in gone)
         self.ctx.metrics.partitions.set(len(self.owners))
-        self.emit("revoked", partitions=sorted(tp.partition for tp in partitions))
+        self.emit("revoked", partitions=gone)
 
     def _on_lost(self, _consumer: Consumer, partitions: list[TopicPartition]) -> None:
-        self._generation += 1
+        self._bump(tp.partition for tp in partitions)
         self._unsynced.difference_update(tp.partition for tp in partitions)
         self._assigned.difference_update(tp.partition for tp in partitions)
         for tp in partitions:
@@ -182,11 +250,17 @@ class FleetRunner:
         self.ctx.metrics.partitions.set(len(self.owners))
         self.emit("lost", partitions=sorted(tp.partition for tp in partitions))
 
+    def _bump(self, partitions: Iterable[int]) -> None:
+        """A rebalance named these partitions: what was fetched of them before is stale."""
+        for p in partitions:
+            self._epochs[p] = self._epochs.get(p, 0) + 1
+
     # -- the loop ------------------------------------------------------------------------------------
     @property
     def idle(self) -> bool:
-        """True when no takeover is pending (work the loop does before its next poll)."""
-        return not self._takeover
+        """True when no takeover and no fetched record is pending (work the loop does before it
+        waits in its next poll)."""
+        return not self._takeover and not self._pending
 
     def serve(self, stop: Callable[[FleetRunner], bool], poll_timeout: float = 0.2) -> None:
         """Run until `stop(self)` is true (checked between records, once pending takeovers are done)."""
@@ -207,10 +281,8 @@ class FleetRunner:
                 unassigned = self.assignment.check()
                 if unassigned:
                     self.emit("unassigned", detail=unassigned)
-                msg = self.consumer.poll(poll_timeout)
-                self._polls += 1
-                if msg is not None:
-                    self._handle_all([msg, *self._drain()])
+                self._fetch(0 if self._pending else poll_timeout)
+                self._handle_next()
         finally:
             self.health.stopped = True
             self.at_exit = self.conversations()
@@ -233,7 +305,7 @@ class FleetRunner:
             for conv in convs:
                 work = conv.resume if conv.unobserved_actions() else conv.run
                 with log_context(conversation_id=conv.conversation_id, tenant_id=conv.tenant_id):
-                    if self._guarded(p, work) is False:
+                    if self._guarded(p, work) is False or not self._between(p):
                         break
             self.last_activity = time.monotonic()
 
@@ -357,6 +429,7 @@ class FleetRunner:
             owner.close()
             raise
         self.emit("restored", **report)
+        self._count_restore(partition)
         self.owners[partition] = owner
         self._takeover.append(partition)
         self._unsynced.add(partition)
@@ -376,31 +449,47 @@ class FleetRunner:
             self._unsynced.discard(partition)
             self._paused.discard(partition)
 
-    def _drain(self) -> list[Message]:
-        """The records the consumer already holds, without waiting (at most `inbox_batch` - 1)."""
-        limit = self.settings.runtime.inbox_batch - 1
-        if limit < 1:
-            return []
-        generation = self._generation
-        drained = self.consumer.consume(limit, 0)
-        # A rebalance in between resets the positions to the committed offsets: what was read before
-        # it comes again (or belongs to another runner now).
-        return drained if generation == self._generation else []
+    def _fetch(self, timeout: float) -> None:
+        """Poll once (rebalance callbacks are served here), and queue what came with what the
+        consumer already holds, up to `inbox_batch` records pending."""
+        msg = self.consumer.poll(timeout)
+        self._polls += 1
+        if msg is None:
+            return
+        room = self.settings.runtime.inbox_batch - len(self._pending) - 1
+        self._queue([msg, *(self.consumer.consume(room, 0) if room > 0 else [])])
 
-    def _handle_all(self, msgs: list[Message]) -> None:
-        """Handle records in inbox order, each partition's as one batch (`InboxBatch`)."""
-        generation = self._generation
-        by_partition: dict[int, list[Message]] = {}
+    def _queue(self, msgs: list[Message]) -> None:
         for msg in msgs:
             err = msg.error()
             if err is not None:
                 self._transport_error(err)
-            else:
-                by_partition.setdefault(coordinates(msg)[1], []).append(msg)
-        for partition, records in by_partition.items():
-            if generation != self._generation:
-                return
-            self._guarded(partition, partial(self.intake.handle_partition, partition, records))
+                continue
+            partition = coordinates(msg)[1]
+            self._pending.append((self._epochs.get(partition, 0), msg))
+
+    def _between(self, partition: int) -> bool:
+        """Serve rebalance callbacks between two conversations' work (`_fetch` without waiting);
+        True when `partition` is still ours as it was (a rebalance that moved it ends its work:
+        its next owner reads on from the committed offset)."""
+        epoch = self._epochs.get(partition, 0)
+        self._fetch(0)
+        return self._epochs.get(partition, 0) == epoch and partition in self.owners
+
+    def _handle_next(self) -> None:
+        """Handle the pending records of the first pending record's partition, in inbox order, as
+        one batch (`InboxBatch`); stale records (fetched before a rebalance moved or reset their
+        partition) are dropped, the consumer reads them again from the committed offset."""
+        if not self._pending:
+            return
+        partition = coordinates(self._pending[0][1])[1]
+        mine = [(e, m) for e, m in self._pending if coordinates(m)[1] == partition]
+        self._pending = deque((e, m) for e, m in self._pending if coordinates(m)[1] != partition)
+        epoch = self._epochs.get(partition, 0)
+        records = [m for e, m in mine if e == epoch]
+        if records and partition in self.owners:
+            between = partial(self._between, partition)
+            self._guarded(partition, partial(self.intake.handle_partition, partition, records, between))
 
     def _transport_error(self, err: KafkaError) -> None:
         if err.code() == KafkaError._PARTITION_EOF or err.retriable():

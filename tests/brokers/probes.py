@@ -298,6 +298,42 @@ def consumer_group_protocol(bs: str) -> bool:
     return _joins(bs, 10.0, **{"group.protocol": "consumer"})
 
 
+def quick_cooperative_handover(bs: str, attempts: int = 2, within_s: float = 3.0) -> bool:
+    """A classic cooperative-sticky member joins a group whose only member holds all 4 partitions;
+    the partitions moved to it reach it within `within_s`. Slowness can be the machine's: quick
+    when any of `attempts` tries is (Tansu 0.6 never is: it holds each join round half a session)."""
+    return any(_cooperative_handover_s(bs, within_s) < within_s for _ in range(attempts))
+
+
+def _cooperative_handover_s(bs: str, within_s: float) -> float:
+    """Seconds from a second member's subscribe to its first partition (`inf` past `within_s`)."""
+    topic = fresh_topic(bs, partitions=4)
+    conf = {
+        "bootstrap.servers": bs,
+        "group.id": f"probe-{uuid.uuid4().hex[:6]}",
+        "partition.assignment.strategy": "cooperative-sticky",
+        "session.timeout.ms": 6000,
+        "heartbeat.interval.ms": 500,
+    }
+    first, second = Consumer(conf), Consumer(conf)
+    try:
+        first.subscribe([topic])
+        if not until(lambda: first.poll(0.1) is None and len(first.assignment()) == 4, 30):
+            raise AssertionError("the first member never got the 4 partitions")
+        joined = time.monotonic()
+        second.subscribe([topic])
+
+        def handed_over() -> bool:
+            first.poll(0.05)
+            second.poll(0.05)
+            return bool(second.assignment())
+
+        return time.monotonic() - joined if until(handed_over, within_s) else float("inf")
+    finally:
+        first.close()
+        second.close()
+
+
 def short_session_timeouts(bs: str) -> bool:
     """A classic-protocol member with a 2 s session timeout is admitted (and gets its assignment)."""
     return _joins(bs, 20.0, **{"session.timeout.ms": 2000, "heartbeat.interval.ms": 500})
@@ -362,6 +398,7 @@ PROBES: dict[str, Callable[[str], bool]] = {
     "delete_records": delete_records,
     "create_partitions": create_partitions,
     "consumer_group_protocol": consumer_group_protocol,
+    "quick_cooperative_handover": quick_cooperative_handover,
     "short_session_timeouts": short_session_timeouts,
     "group_survives_members_leaving_together": group_survives_members_leaving_together,
 }

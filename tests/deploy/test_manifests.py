@@ -67,7 +67,7 @@ def test_compose_resolves_with_every_profile(deploycheck: DeployCheck) -> None:
 def test_kubernetes_manifests_match_the_schemas(deploycheck: DeployCheck) -> None:
     for version in deploycheck.versions:
         kinds = sorted({r["kind"] for r in deploycheck.k8s(K8S, version)})
-        assert kinds == ["ConfigMap", "Deployment", "Job", "PodDisruptionBudget", "Service"]
+        assert kinds == ["ConfigMap", "Deployment", "Job", "PodDisruptionBudget", "Service", "StatefulSet"]
 
 
 # -- the validators refuse broken files --------------------------------------------------------
@@ -192,7 +192,7 @@ def test_the_production_overlay_builds_and_sets_what_production_needs(deploychec
 
 def test_kubernetes_deployments_are_operable(deploycheck: DeployCheck) -> None:
     resources = deploycheck.k8s(K8S)
-    deployments = [r for r in resources if r["kind"] == "Deployment"]
+    deployments = [r for r in resources if r["kind"] in ("Deployment", "StatefulSet")]
     budgets = {
         r["spec"]["selector"]["matchLabels"]["app.kubernetes.io/name"]
         for r in resources
@@ -215,6 +215,11 @@ def test_kubernetes_deployments_are_operable(deploycheck: DeployCheck) -> None:
             assert container[probe]["httpGet"]["path"] == "/healthz", f"{name} {probe}"
         assert set(container["resources"]) == {"requests", "limits"}, name
         assert {"cpu", "memory"} <= set(container["resources"]["limits"]), name
+    runner = next(d for d in deployments if d["metadata"]["name"] == "convdb-runner")
+    (container,) = runner["spec"]["template"]["spec"]["containers"]
+    # Static membership: each runner is named after its StatefulSet pod (stable across restarts).
+    assert runner["kind"] == "StatefulSet" and {"name": "CONVDB_RUNTIME__INSTANCE_ID",
+        "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}} in container["env"]  # fmt: skip
 
 
 def test_compose_runs_the_kafka_version_the_tests_prove(deploycheck: DeployCheck) -> None:
