@@ -62,7 +62,7 @@ class _Call:
             "id": record_id(),
             "operation_id": self.operation_id,
             "conversation_id": self.thread_id,
-            "tenant_id": self.saver.tenant_id,
+            "tenant_id": self.saver.tenant_of(self.thread_id),
             "timestamp": datetime.now(UTC),
         }
 

@@ -226,11 +226,15 @@ class ConvdbSaver(BaseCheckpointSaver[str]):
             self._ledgers[thread_id] = ledger
             return ledger.get(records[0].operation_id)
 
+    def tenant_of(self, thread_id: str) -> str:  # noqa: ARG002 - a hosted saver's depends on it
+        """The tenant a thread's records carry (standalone: the saver's)."""
+        return self.tenant_id
+
     def _fields(self, thread_id: str) -> dict[str, Any]:
         return {
             "id": record_id(),
             "conversation_id": thread_id,
-            "tenant_id": self.tenant_id,
+            "tenant_id": self.tenant_of(thread_id),
             "timestamp": datetime.now(UTC),
         }
 
