@@ -18,6 +18,7 @@ from convdb.producers.publisher import EventPublisher
 from convdb.producers.secrets import SecretsRegistry
 from convdb.producers.sink import DurableSink
 from convdb.schemas import SingleObjectCodec
+from convdb.schemas.topics import GRAPH
 from tests.archive.conftest import (
     SinkThread,
     archive_objects,
@@ -28,6 +29,7 @@ from tests.archive.conftest import (
     rotated,
 )
 from tests.helpers import read_topic
+from tests.producers._support import records
 
 pytestmark = [pytest.mark.kafka, pytest.mark.s3]
 
@@ -103,3 +105,22 @@ def test_secrets_never_appear_in_any_archived_object(s3_settings: Settings) -> N
                 assert secret.encode() not in blob, (key, rec.offset)
                 placeholders += blob.count(b"<secret:API_TOKEN>")
     assert placeholders >= 2  # the messages were archived, redacted
+
+
+def test_the_graph_topic_is_archived_byte_exact(s3_settings: Settings) -> None:
+    """A LangGraph thread's checkpoints and task writes (the `graph` topic, archived by default)."""
+    pytest.importorskip("langgraph")
+    from convdb.langgraph import ConvdbSaver
+    from tests.langgraph.graphs import counter_graph
+
+    settings = rotated(s3_settings, max_records=5, max_age_s=0.5)
+    saver = ConvdbSaver(settings)
+    counter_graph(saver).invoke({"count": 1, "steps": []}, {"configurable": {"thread_id": "lg-archived"}})
+    saver.close()
+    written = records(settings, GRAPH)
+    assert len(written) >= 4  # a checkpoint per step, and the steps' writes
+    in_kafka = read_topic(settings, settings.topic("graph"), len(written))
+    with SinkThread(settings) as sink:
+        sink.wait_records(len(in_kafka))
+    archived = archived_records(settings, "graph")
+    assert Counter((r.partition, r.offset, r.key, r.value) for r in archived) == Counter(in_kafka)
