@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from langgraph.types import Command
 
 from convdb.infra.errors import InfraError, PublishError
-from convdb.producers.conversation import Conversation
+from convdb.producers.conversation import Conversation, SnapshotBook
 from convdb.producers.graph_saver import ConvdbSaver
 from convdb.producers.ledger import EMPTY as LEDGER_EMPTY
 from convdb.producers.publisher import TransactionalPublisher
@@ -54,7 +54,7 @@ MAX_RUNS = 8
 """Invocations one `drive` makes at most (an unfinished run, then each unread user message)."""
 
 
-class Owner(Protocol):
+class Owner(SnapshotBook, Protocol):
     """What hosting needs of a partition owner (`producers.fleet.owner.PartitionOwner`, which
     imports this module: a protocol keeps the dependency one way)."""
 
@@ -103,6 +103,7 @@ class HostedSaver(ConvdbSaver):
     def _commit(self, records: Sequence[GraphRecord]) -> None:
         """Each thread's records, with the events its `messages` channel adds, in one transaction
         of the partition's writer (its conversation's `commit`), then folded."""
+        self.check_sizes(records)
         by_thread: dict[str, list[GraphRecord]] = {}
         for record in records:
             by_thread.setdefault(record.conversation_id, []).append(record)

@@ -45,9 +45,11 @@ from langgraph.checkpoint.serde.base import SerializerProtocol
 
 from convdb.infra.errors import FencedError, InfraError
 from convdb.infra.kafka import common_config
+from convdb.infra.limits import HEADROOM, record_limit
 from convdb.infra.partitioner import partition_for
 from convdb.infra.reader import read_to_end
 from convdb.infra.settings import Settings
+from convdb.producers.errors import RecordTooLargeError
 from convdb.producers.ledger import EMPTY as LEDGER_EMPTY
 from convdb.producers.ledger import Ledger, fold_ledger
 from convdb.producers.publisher import TransactionalPublisher
@@ -76,6 +78,20 @@ def record_id() -> str:
     (and LangGraph's tests) may patch `uuid4` to make its message ids deterministic, and a saver
     drawing from that sequence would shift them."""
     return str(uuid.UUID(bytes=os.urandom(16), version=4))
+
+
+SIZE_SLACK = 64 * 1024
+"""Bytes a graph record may carry besides its values' (ids, types, metadata, Avro framing)."""
+
+
+def _values(record: GraphRecord) -> list[tuple[str, bytes]]:
+    """A record's serialized values, named (`channel 'x'`, `checkpoint`, `metadata`)."""
+    if isinstance(record, GraphCheckpoint):
+        blobs = [(f"channel {c!r}", v) for c, v in zip(record.blob_channels, record.blob_values, strict=True)]
+        return [("checkpoint", record.checkpoint), ("metadata", record.metadata), *blobs]
+    if isinstance(record, GraphWrites):
+        return [(f"write to {c!r}", v) for c, v in zip(record.channels, record.values, strict=True)]
+    return []
 
 
 def _config(thread_id: str, ns: str, checkpoint_id: str) -> RunnableConfig:
@@ -189,8 +205,34 @@ class ConvdbSaver(BaseCheckpointSaver[str]):
             del self._writers[partition]
             raise
 
+    def check_sizes(self, records: Sequence[GraphRecord]) -> None:
+        """Refuse a record larger than the record size limit before anything is written.
+
+        Raises:
+            RecordTooLargeError: naming the record, its size, the limit and its largest values
+                (values are not moved to the archive bucket: a graph keeps large data out of its
+                state, or the limit is raised on the broker and here).
+        """
+        limit = record_limit(self.settings)
+        for record in records:
+            values = _values(record)
+            if sum(len(v) for _, v in values) + SIZE_SLACK < limit:
+                continue  # far from the limit: no second encoding
+            size = len(self.codec.encode(record)) + len(record.conversation_id.encode()) + HEADROOM
+            if size > limit:
+                largest = ", ".join(
+                    f"{name} {len(v)} bytes" for name, v in sorted(values, key=lambda x: -len(x[1]))[:3]
+                )
+                raise RecordTooLargeError(
+                    f"thread {record.conversation_id}: a {type(record).__name__} of {size} bytes is above "
+                    f"the record size limit of {limit} bytes (CONVDB_RUNTIME__MAX_RECORD_BYTES; the "
+                    f"broker's message.max.bytes must allow it too); largest values: {largest}. Values "
+                    "are not moved to the archive bucket: keep large data out of the graph's state"
+                )
+
     def _commit(self, records: Sequence[GraphRecord]) -> None:
         """Make records durable, one transaction per partition, then fold them."""
+        self.check_sizes(records)
         by_partition: dict[int, list[GraphRecord]] = {}
         for record in records:
             by_partition.setdefault(self.partition_of(record.conversation_id), []).append(record)

@@ -111,6 +111,7 @@ def _project_one(
 
 def _ai(cid: str, message: Any, message_id: str, text: str, actions: dict[str, str]) -> list[Projected]:
     out: list[Projected] = []
+    fields: dict[str, Any]
     calls = list(getattr(message, "tool_calls", None) or [])
     for call in calls:
         call_id = str(call.get("id") or derived_id(message_id, f"call-{len(out)}"))
