@@ -31,9 +31,11 @@ from langgraph.types import Command
 
 from convdb.infra.errors import InfraError, PublishError
 from convdb.producers.conversation import Conversation, SnapshotBook
+from convdb.producers.graph_effects import LedgerCall
 from convdb.producers.graph_saver import ConvdbSaver
 from convdb.producers.ledger import EMPTY as LEDGER_EMPTY
 from convdb.producers.publisher import TransactionalPublisher
+from convdb.producers.tools.base import canonical_json, intent_hash
 from convdb.projections import graph
 from convdb.projections.graph_messages import project_messages
 from convdb.projections.operation import OperationState
@@ -49,6 +51,9 @@ logger = logging.getLogger(__name__)
 
 MESSAGES = "messages"
 """The channel projected into convdb events, and where a user message goes in."""
+
+INTERRUPT_OPERATION = "interrupt:"
+"""An interrupt's operation id is `{thread_id}/interrupt:{interrupt id}`."""
 
 MAX_RUNS = 8
 """Invocations one `drive` makes at most (an unfinished run, then each unread user message)."""
@@ -230,14 +235,62 @@ class GraphConversation(Conversation):
             case "resume":
                 self.drive(Command(resume=_json_or_text(inbox.content)))
             case "resolve":
-                decision = {"decision": inbox.content, "by": inbox.sender, "operation_id": inbox.operation_id}
-                self.drive(Command(resume=decision))
+                self.decide(inbox)
             case _:
                 logger.warning(
                     "conversation %s runs a graph: inbox command %r is not applied",
                     self.conversation_id,
                     inbox.command,
                 )
+
+    def decide(self, inbox: InboxMessage) -> None:
+        """A human queue's decision on an operation that an interrupt waits on: the graph resumes
+        with `Command(resume={interrupt id: {"decision", "by", "note", "operation_id"}})`; an
+        interrupt of the graph's own (not an `@effect` call's) is then settled on the ledger."""
+        operation = inbox.operation_id or ""
+        waiting = {self._operation_of(i): i for i in self.graph.get_state(self.config).interrupts}
+        interrupt = waiting.get(operation)
+        if interrupt is None:
+            logger.info("inbox %s: operation %s waits on no interrupt (settled already)", inbox.id, operation)
+            self.drive()
+            return
+        decision = {"decision": inbox.content, "by": inbox.sender, "operation_id": operation, "note": ""}
+        if operation.startswith(f"{self.conversation_id}/{INTERRUPT_OPERATION}"):
+            call = LedgerCall(self.graph.checkpointer, self.conversation_id, operation, "interrupt")
+            outcome = (
+                call.failed(f"decided by {inbox.sender}")
+                if inbox.content == "failed"
+                else call.confirmed(json.dumps(decision), "human")
+            )
+            self.commit(lambda: [outcome, call.resolved(inbox.content, inbox.sender, "")])  # type: ignore[arg-type]
+        self.drive(Command(resume={interrupt.id: decision}))
+
+    def _operation_of(self, interrupt: Any) -> str:
+        """The ledger operation an interrupt waits on: an `@effect` call's, or its own."""
+        value = interrupt.value
+        if isinstance(value, dict) and value.get("kind") == "effect_unknown" and value.get("operation_id"):
+            return str(value["operation_id"])
+        return f"{self.conversation_id}/{INTERRUPT_OPERATION}{interrupt.id}"
+
+    def _queue(self, interrupts: Sequence[Any]) -> None:
+        """Put the graph's own interrupts in the human queue: each is an operation whose outcome
+        is unknown (proposed, started, unknown with the interrupt's value as evidence)."""
+        records: list[AvroModel] = []
+        for interrupt in interrupts:
+            operation = self._operation_of(interrupt)
+            if operation in self.ledger or not operation.startswith(
+                f"{self.conversation_id}/{INTERRUPT_OPERATION}"
+            ):
+                continue
+            value = canonical_json(interrupt.value)
+            call = LedgerCall(self.graph.checkpointer, self.conversation_id, operation, "interrupt")
+            records += [
+                call.proposed("irreversible", intent_hash("interrupt", value)),
+                call.started(1),
+                call.unknown("the graph waits in interrupt() for a human's answer", value),
+            ]
+        if records:
+            self.commit(lambda: records)
 
     def run(self) -> Any:
         """Go on with the graph: an unfinished run, then an unread user message."""
@@ -298,6 +351,7 @@ class GraphConversation(Conversation):
         if self.status == "running":
             interrupts = self.graph.get_state(self.config).interrupts
             if interrupts:
+                self._queue(interrupts)
                 values = [i.value for i in interrupts]
                 self.set_status("waiting_for_human", json.dumps(values, default=str)[:1000])
             else:

@@ -265,7 +265,8 @@ class PartitionOwner:
             try:  # LangGraph is an optional extra: imported only by a runner that hosts a graph
                 from convdb.producers.graph_host import GraphConversation
             except ImportError as exc:
-                raise AgentLoadError(f"graph {name!r}: {exc} (pip install convdb[langgraph])") from exc
+                why = f"{exc} (is the langgraph extra installed? pip install convdb[langgraph])"
+                raise AgentLoadError(f"graph {graphs.name_of(name)!r}: {why}") from exc
             conv: Conversation = GraphConversation.hosted(
                 graphs, self, cid, tenant_id, graphs.name_of(name), state=state, positions=positions
             )

@@ -5,7 +5,8 @@ inbox, `slow` charges a card under `@effect`, `finish` answers with an AIMessage
 The environment of the runner process says where the provider's file is (`CRASH_WORK`: one line
 per charge in `provider.log`), where to stop to be SIGKILLed (`CRASH_AT`: `before_call`,
 `after_call`, `after_confirmed`; the process writes `paused` there and waits), and whether the
-provider has a lookup (`CRASH_NO_LOOKUP=1`: no, so an unknown charge goes to a human).
+provider has a lookup (`CRASH_NO_LOOKUP=1`: no, so an unknown charge goes to a human), and whether
+`finish` asks a human first with LangGraph's `interrupt()` (`HOSTED_APPROVAL=1`).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from typing import Annotated, Any, TypedDict
 from langchain_core.messages import AIMessage, AnyMessage
 from langgraph.graph import END, START, StateGraph
 from langgraph.graph.message import add_messages
+from langgraph.types import interrupt
 
 from convdb.infra.settings import Settings
 from convdb.langgraph import LookupResult, effect
@@ -90,8 +92,12 @@ def make(_settings: Settings) -> Any:
     def finish(state: Order) -> dict[str, Any]:
         charged = next(e for e in state["log"] if e.startswith("slow:"))
         asked = state["messages"][-1].content
+        approved = ""
+        if os.environ.get("HOSTED_APPROVAL"):  # LangGraph's own interrupt(), answered by a human
+            answer = interrupt({"question": "ship the tickets?"})
+            approved = f" ({answer['decision']} by {answer['by']})"
         reply = AIMessage(
-            content=f"Charged {charged[5:]} for: {asked}",
+            content=f"Charged {charged[5:]} for: {asked}{approved}",
             usage_metadata={"input_tokens": 12, "output_tokens": 5, "total_tokens": 17},
             response_metadata={"model_name": "scripted-checkout"},
         )

@@ -12,6 +12,7 @@ saved); a second runner takes the partition over and finishes the graph: the car
 from __future__ import annotations
 
 import contextlib
+import json
 import signal
 import subprocess
 import threading
@@ -146,12 +147,13 @@ def answered(client: TestClient, path: str, check: Callable[[Any], bool]) -> Any
 
 
 @pytest.mark.slow_on("apache")
-def test_a_hosted_thread_reads_as_a_conversation_and_a_human_decides_its_interrupt_through_the_api(
+def test_a_hosted_thread_reads_as_a_conversation_and_a_human_decides_its_interrupts_through_the_api(
     make_settings: Callable[..., Settings], tmp_path: Path
 ) -> None:
-    """Killed after the charge with no lookup: the graph's `interrupt()` waits in the human queue
-    (the API's unknown operations, the console's list); the decision posted there resumes the
-    graph with `Command(resume=...)` and it finishes; the thread has a title and its messages."""
+    """Killed after the charge with no lookup: the `@effect` call's `interrupt()` waits in the
+    human queue (the API's unknown operations, the console's queue) and the thread has a title;
+    the decision posted there resumes the graph with `Command(resume=...)`. Then the graph's own
+    `interrupt()` (an approval) waits there too, and its decision finishes the graph."""
     settings = direct(
         make_settings(
             namespace=f"g{uuid.uuid4().hex[:10]}",
@@ -160,33 +162,42 @@ def test_a_hosted_thread_reads_as_a_conversation_and_a_human_decides_its_interru
         )
     )
     apply_topics(settings)
-    cid = killed_then_resumed(settings, tmp_path, "after_call", CRASH_NO_LOOKUP="1")
+    env = {"CRASH_NO_LOOKUP": "1", "HOSTED_APPROVAL": "1"}
+    cid = killed_then_resumed(settings, tmp_path, "after_call", **env)
     assert len(charges(tmp_path)) == 1
     assert final_status(settings, cid) == "waiting_for_human"
 
-    with read_side(settings) as client:
+    def decide_first_unknown(kind: str) -> dict[str, Any]:
         queue = answered(
-            client, f"/operations?status=unknown&conversation_id={cid}", lambda b: b["operations"]
+            client,
+            f"/operations?status=unknown&conversation_id={cid}",
+            lambda b: any(o["operation_id"].startswith(f"{cid}/{kind}") for o in b["operations"]),
         )
         (operation,) = queue["operations"]
-        assert operation["operation_id"].startswith(f"{cid}/")
-        summary = answered(
-            client, f"/conversations/{cid}", lambda b: b["execution_status"] == "waiting_for_human"
-        )
-        assert summary["title"] == "two tickets, please"
         decided = client.post(
             f"/operations/{operation['operation_id']}/resolve", json={"decision": "confirmed"}, headers=KEY
         )
         assert decided.status_code == 202, decided.text
-
-        decider = runner(settings, tmp_path, 3, CRASH_NO_LOOKUP="1")
+        decider = runner(settings, tmp_path, 3, **env)
         _, err = decider.communicate(timeout=180)
         assert decider.returncode == 0, err[-3000:]
+        return operation  # type: ignore[no-any-return]
+
+    with read_side(settings) as client:
+        summary = answered(
+            client, f"/conversations/{cid}", lambda b: b["execution_status"] == "waiting_for_human"
+        )
+        assert summary["title"] == "two tickets, please"
+        charge = decide_first_unknown("")
+        assert charge["intent"]["tool"] == "charge_card"
+        approval = decide_first_unknown("interrupt:")
+        assert approval["intent"]["tool"] == "interrupt" and "ship the tickets?" in json.dumps(approval)
         answered(client, f"/conversations/{cid}", lambda b: b["execution_status"] == "finished")
+        answered(client, f"/operations?status=unknown&conversation_id={cid}", lambda b: not b["operations"])
         view = client.get(f"/conversations/{cid}/view", headers=KEY).json()
     said = [(e["role"], e["content"]) for e in view["events"] if e["kind"] == "message"]
     assert said == [
         ("user", "two tickets, please"),
-        ("assistant", "Charged confirmed-by-a-human for: two tickets, please"),
+        ("assistant", "Charged confirmed-by-a-human for: two tickets, please (confirmed by human:t1)"),
     ]
     assert len(charges(tmp_path)) == 1
