@@ -3,8 +3,9 @@
 `plan -> {fast, slow} -> finish` on a `messages` channel: the user's message comes in from the
 inbox, `slow` charges a card under `@effect`, `finish` answers with an AIMessage (with usage).
 The environment of the runner process says where the provider's file is (`CRASH_WORK`: one line
-per charge in `provider.log`), where to stop to be SIGKILLed (`CRASH_AT`: `before_call`,
-`after_call`, `after_confirmed`; the process writes `paused` there and waits), and whether the
+per charge in `provider.log`), where to stop to be SIGKILLed (`CRASH_AT`: `before_effect`,
+`before_call`, `after_call`, `after_confirmed`; the process writes `paused` there and waits, or
+freezes itself with `CRASH_SIGNAL=SIGSTOP`), and whether the
 provider has a lookup (`CRASH_NO_LOOKUP=1`: no, so an unknown charge goes to a human), and whether
 `finish` asks a human first with LangGraph's `interrupt()` (`HOSTED_APPROVAL=1`).
 """
@@ -14,6 +15,7 @@ from __future__ import annotations
 import json
 import operator
 import os
+import signal
 import time
 from pathlib import Path
 from typing import Annotated, Any, TypedDict
@@ -39,9 +41,13 @@ def work() -> Path:
 
 
 def pause_here(point: str) -> None:
-    """Wait to be SIGKILLed when this process was asked to stop at `point`."""
+    """Wait to be SIGKILLed when this process was asked to stop at `point`; with
+    `CRASH_SIGNAL=SIGSTOP`, freeze there (a zombie) and go on once continued."""
     if os.environ.get("CRASH_AT") == point:
         (work() / "paused").write_text(point)
+        if os.environ.get("CRASH_SIGNAL") == "SIGSTOP":
+            os.kill(os.getpid(), signal.SIGSTOP)
+            return
         time.sleep(120)
         raise SystemExit("never killed")
 
@@ -85,6 +91,7 @@ def make(_settings: Settings) -> Any:
         return {"log": ["fast"]}
 
     def slow(_: Order) -> dict[str, list[str]]:
+        pause_here("before_effect")
         receipt = charge_card(42)  # None when a human confirmed it without the provider's receipt
         pause_here("after_confirmed")
         return {"log": [f"slow:{receipt['charge_id'] if receipt else 'confirmed-by-a-human'}"]}

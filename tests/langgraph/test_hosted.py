@@ -108,6 +108,42 @@ def test_a_hosted_graph_charges_once_whatever_the_kill_point(
     assert graph_records and all(r.conversation_id == cid for r in graph_records)
 
 
+@pytest.mark.slow
+def test_a_zombie_runner_wakes_after_the_takeover_and_is_fenced_before_the_provider(
+    hosted_settings: Settings, tmp_path: Path
+) -> None:
+    """A runner freezes (SIGSTOP) in `slow`, before the charge; its session expires, a second runner
+    takes the partition over and finishes the graph with one charge; the first wakes and goes on
+    with its step: its `EffectStarted` write through the partition's writer is fenced, so it never
+    calls the provider, and it drops the partition."""
+    cid = f"order-{uuid.uuid4().hex[:8]}"
+    send(hosted_settings, cid, "two tickets, please")
+    zombie = runner(hosted_settings, tmp_path, 5, CRASH_AT="before_effect", CRASH_SIGNAL="SIGSTOP")
+    try:
+        wait_until(lambda: (tmp_path / "paused").exists() or zombie.poll() is not None, timeout=90)
+        assert zombie.poll() is None, zombie.communicate()[1][-3000:]
+        owner = runner(hosted_settings, tmp_path, 0)  # waits for the zombie's session to expire
+        try:
+            wait_until(
+                lambda: final_status(hosted_settings, cid) == "finished", 120, "the new owner finishes"
+            )
+        finally:
+            owner.terminate()
+            owner.communicate(timeout=60)
+        assert len(charges(tmp_path)) == 1
+        zombie.send_signal(signal.SIGCONT)
+        out, err = zombie.communicate(timeout=120)
+    finally:
+        if zombie.poll() is None:
+            zombie.kill()
+            zombie.communicate()
+    status = [json.loads(line) for line in out.splitlines() if line.startswith("{")]
+    assert [s["event"] for s in status if s["event"] == "fenced"] == ["fenced"], err[-3000:]
+    assert "FENCED: partition" in err
+    assert len(charges(tmp_path)) == 1  # the zombie never reached the provider
+    assert final_status(hosted_settings, cid) == "finished"
+
+
 @contextlib.contextmanager
 def read_side(settings: Settings) -> Iterator[TestClient]:
     """The real consumers (views, index, stats, titles, effects) running over the namespace, and
