@@ -132,7 +132,7 @@ class HostedSaver(ConvdbSaver):
             ):
                 if channel != MESSAGES or kind == "empty":
                     continue
-                messages = self.serde.loads_typed((kind, value))
+                messages = self.load_value((kind, value))
                 for p in project_messages(conv.conversation_id, messages or (), known, actions):
                     conv.start()  # (no-op but for a thread written before its first message)
                     out.append(conv.new(p.cls, source=p.source, **p.fields))

@@ -50,6 +50,7 @@ from convdb.infra.partitioner import partition_for
 from convdb.infra.reader import read_to_end
 from convdb.infra.settings import Settings
 from convdb.producers.errors import RecordTooLargeError
+from convdb.producers.graph_values import ValueStore, dereference, reference
 from convdb.producers.ledger import EMPTY as LEDGER_EMPTY
 from convdb.producers.ledger import Ledger, fold_ledger
 from convdb.producers.publisher import TransactionalPublisher
@@ -124,6 +125,9 @@ class ConvdbSaver(BaseCheckpointSaver[str]):
         self._threads: dict[str, ThreadGraph] = {}
         self._ledgers: dict[str, Ledger] = {}
         self._effects_read: set[int] = set()
+        self.large_value_bytes = record_limit(settings) // 4
+        """A value larger than this goes to the archive bucket by reference (when there is one)."""
+        self._values = ValueStore(settings) if settings.archive_url else None
 
     # -- partitions: ownership, restore, commit ---------------------------------------------
     def partition_of(self, thread_id: str) -> int:
@@ -205,13 +209,25 @@ class ConvdbSaver(BaseCheckpointSaver[str]):
             del self._writers[partition]
             raise
 
+    def dump_value(self, value: Any) -> tuple[str, bytes]:
+        """A channel value or write, serialized; by reference to the archive bucket when large."""
+        kind, data = self.serde.dumps_typed(value)
+        if self._values is None or len(data) <= self.large_value_bytes:
+            return kind, data
+        key, digest = self._values.put(data)  # before the record that refers to it
+        return reference(kind, key, digest, len(data))
+
+    def load_value(self, typed: tuple[str, bytes]) -> Any:
+        """A value `dump_value` serialized (fetched from the archive bucket when by reference)."""
+        return self.serde.loads_typed(dereference(self._values, typed))
+
     def check_sizes(self, records: Sequence[GraphRecord]) -> None:
         """Refuse a record larger than the record size limit before anything is written.
 
         Raises:
             RecordTooLargeError: naming the record, its size, the limit and its largest values
-                (values are not moved to the archive bucket: a graph keeps large data out of its
-                state, or the limit is raised on the broker and here).
+                (with no archive bucket to move large values to, or many values that are each
+                below a quarter of the limit).
         """
         limit = record_limit(self.settings)
         for record in records:
@@ -226,8 +242,9 @@ class ConvdbSaver(BaseCheckpointSaver[str]):
                 raise RecordTooLargeError(
                     f"thread {record.conversation_id}: a {type(record).__name__} of {size} bytes is above "
                     f"the record size limit of {limit} bytes (CONVDB_RUNTIME__MAX_RECORD_BYTES; the "
-                    f"broker's message.max.bytes must allow it too); largest values: {largest}. Values "
-                    "are not moved to the archive bucket: keep large data out of the graph's state"
+                    f"broker's message.max.bytes must allow it too); largest values: {largest}. A value "
+                    f"above {self.large_value_bytes} bytes goes to the archive bucket by reference when "
+                    "CONVDB_ARCHIVE_URL is set; else keep large data out of the graph's state"
                 )
 
     def _commit(self, records: Sequence[GraphRecord]) -> None:
@@ -294,7 +311,7 @@ class ConvdbSaver(BaseCheckpointSaver[str]):
         for channel, version in checkpoint["channel_versions"].items():
             found = graph.blob(state, ns, channel, str(version))
             if found is not None and found[0] != "empty":
-                values[channel] = self.serde.loads_typed(found)
+                values[channel] = self.load_value(found)
         writes = graph.pending_writes(state, (ns, record.checkpoint_id))
         parent = record.parent_checkpoint_id
         return CheckpointTuple(
@@ -302,9 +319,7 @@ class ConvdbSaver(BaseCheckpointSaver[str]):
             checkpoint={**checkpoint, "channel_values": values},
             metadata=self.serde.loads_typed((record.metadata_type, record.metadata)),
             parent_config=_config(thread_id, ns, parent) if parent else None,
-            pending_writes=[
-                (w.task_id, w.channel, self.serde.loads_typed((w.value_type, w.value))) for w in writes
-            ],
+            pending_writes=[(w.task_id, w.channel, self.load_value((w.value_type, w.value))) for w in writes],
         )
 
     def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
@@ -390,10 +405,10 @@ class ConvdbSaver(BaseCheckpointSaver[str]):
                     version = versions.get(channel)
                     stored = None if version is None else graph.blob(state, ns, channel, str(version))
                     if stored is not None and stored[0] != "empty":
-                        found_here[channel] = self.serde.loads_typed(stored)
+                        found_here[channel] = self.load_value(stored)
                 for w in reversed(graph.pending_writes(state, (ns, record.checkpoint_id))):
                     if w.channel in remaining:
-                        value = self.serde.loads_typed((w.value_type, w.value))
+                        value = self.load_value((w.value_type, w.value))
                         collected[w.channel].append((w.task_id, w.channel, value))
                 seeds.update(found_here)
                 remaining -= set(found_here)
@@ -422,7 +437,7 @@ class ConvdbSaver(BaseCheckpointSaver[str]):
             (
                 channel,
                 str(version),
-                *(self.serde.dumps_typed(values[channel]) if channel in values else ("empty", b"")),
+                *(self.dump_value(values[channel]) if channel in values else ("empty", b"")),
             )
             for channel, version in new_versions.items()
         ]
@@ -465,7 +480,7 @@ class ConvdbSaver(BaseCheckpointSaver[str]):
             rows = [(i, w) for i, w, keep in zip(indexes, writes, kept, strict=True) if keep]
             if not rows:
                 return
-            typed = [self.serde.dumps_typed(value) for _, (_, value) in rows]
+            typed = [self.dump_value(value) for _, (_, value) in rows]
             record = GraphWrites(
                 **self._fields(thread_id),
                 checkpoint_ns=ns,

@@ -10,6 +10,7 @@ from convdb.consumers.archive import export, layout
 from convdb.consumers.archive.reader import ArchiveReader
 from convdb.consumers.archive.target import open_target
 from convdb.infra.partitioner import partition_for
+from convdb.infra.reader import read_topic as read_kafka
 from convdb.infra.settings import Settings
 from convdb.producers.agent import Agent
 from convdb.producers.conversation import Conversation
@@ -124,3 +125,30 @@ def test_the_graph_topic_is_archived_byte_exact(s3_settings: Settings) -> None:
         sink.wait_records(len(in_kafka))
     archived = archived_records(settings, "graph")
     assert Counter((r.partition, r.offset, r.key, r.value) for r in archived) == Counter(in_kafka)
+
+
+def test_a_large_graph_value_goes_to_the_archive_bucket_by_reference(s3_settings: Settings) -> None:
+    """A LangGraph value above a quarter of the record size limit: in the bucket, content-addressed,
+    the record refers to it, and another saver (another process) reads it back."""
+    pytest.importorskip("langgraph")
+    from convdb.langgraph import ConvdbSaver
+    from tests.langgraph.graphs import counter_graph
+
+    settings = s3_settings.model_copy(
+        update={"runtime": s3_settings.runtime.model_copy(update={"max_record_bytes": 100_000})}
+    )
+    big = "x" * 300_000  # three times the record size limit
+    config = {"configurable": {"thread_id": "lg-large"}}
+    saver = ConvdbSaver(settings)
+    assert counter_graph(saver).invoke({"count": 1, "steps": [big]}, config)["steps"] == [
+        big,
+        "add",
+        "double",
+    ]
+    assert max(len(m.value()) for m in read_kafka(settings, settings.topic("graph"))) < 20_000
+    target, prefix = open_target(settings)
+    stored = list(target.list(f"{prefix}/graph-values/{settings.namespace}/"))
+    assert stored and all(len(target.get(k) or b"") > 300_000 for k in stored)
+    saver.close()
+    again = counter_graph(ConvdbSaver(settings)).get_state(config).values
+    assert again["steps"] == [big, "add", "double"]
