@@ -138,8 +138,12 @@ def test_a_zombie_runner_wakes_after_the_takeover_and_is_fenced_before_the_provi
             zombie.kill()
             zombie.communicate()
     status = [json.loads(line) for line in out.splitlines() if line.startswith("{")]
-    assert [s["event"] for s in status if s["event"] == "fenced"] == ["fenced"], err[-3000:]
-    assert "FENCED: partition" in err
+    # Its commit is refused: librdkafka reports the fence as such (embedded broker), or, on Apache
+    # Kafka, at times as a fatal error that the next commit call reports as a conflict: a failed
+    # write either way, and the partition is no longer the zombie's to rebuild.
+    refused = [s for s in status if s["event"] in ("fenced", "write_failed")]
+    assert len(refused) == 1, err[-3000:]
+    assert "FENCED: partition" in err or "fenced by a newer instance" in err
     assert len(charges(tmp_path)) == 1  # the zombie never reached the provider
     assert final_status(hosted_settings, cid) == "finished"
 
