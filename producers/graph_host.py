@@ -6,7 +6,9 @@ inbox records drive the graph (`handle_inbox`): a user message is appended as a 
 (with the inbox offset, as for any conversation) and becomes the graph's input
 `{"messages": [user message]}`; a `resume` record becomes `Command(resume=<content, as JSON if it
 parses>)`; a `resolve` record (the human queue's decision on an operation) becomes
-`Command(resume={"decision": ..., "by": ..., "operation_id": ...})`. On assignment the runner's
+`Command(resume={interrupt id: {"decision": ..., "by": ..., "operation_id": ...}})`. While the
+graph waits in `interrupt()`, each interrupt is an operation of unknown outcome on the ledger (the
+human queue); the answer settles it. On assignment the runner's
 takeover calls `run`/`resume` for a thread whose status is `running`: the graph goes on from its
 last checkpoint (`invoke(None)`).
 
@@ -233,7 +235,7 @@ class GraphConversation(Conversation):
                 self.send_message(inbox.content, event_id=inbox.id)
                 self.drive()
             case "resume":
-                self.drive(Command(resume=_json_or_text(inbox.content)))
+                self.answer(inbox)
             case "resolve":
                 self.decide(inbox)
             case _:
@@ -242,6 +244,24 @@ class GraphConversation(Conversation):
                     self.conversation_id,
                     inbox.command,
                 )
+
+    def answer(self, inbox: InboxMessage) -> None:
+        """A `resume` record answers the one interrupt the graph waits in: `Command(resume=<its
+        content, as JSON if it parses>)`; a plain interrupt's operation is settled as confirmed."""
+        interrupts = self.graph.get_state(self.config).interrupts
+        if len(interrupts) == 1:
+            operation = self._operation_of(interrupts[0])
+            state = self.ledger.get(operation)
+            if operation.startswith(f"{self.conversation_id}/{INTERRUPT_OPERATION}") and (
+                state is not None and not (state.status and state.status.is_terminal)
+            ):
+                call = LedgerCall(self.graph.checkpointer, self.conversation_id, operation, "interrupt")
+                answered = [
+                    call.confirmed(inbox.content, "human"),
+                    call.resolved("confirmed", inbox.sender, ""),
+                ]
+                self.commit(lambda: answered)
+        self.drive(Command(resume=_json_or_text(inbox.content)))
 
     def decide(self, inbox: InboxMessage) -> None:
         """A human queue's decision on an operation that an interrupt waits on: the graph resumes

@@ -33,8 +33,10 @@ from convdb.consumers.titles import TitlesConsumer
 from convdb.consumers.views import ViewsConsumer
 from convdb.infra.kafka import apply_topics
 from convdb.infra.settings import Settings
+from convdb.producers.fleet.runner import FleetRunner, serve_until
+from convdb.producers.fleet.service import build_context
 from convdb.schemas import LLMUsageEvent, MessageEvent, SystemPromptEvent
-from convdb.schemas.topics import GRAPH
+from convdb.schemas.topics import EFFECTS, GRAPH
 from tests.conftest import wait_until
 from tests.producers._support import direct, events, final_status, records, runner_cmd, send, start
 
@@ -106,6 +108,48 @@ def test_a_hosted_graph_charges_once_whatever_the_kill_point(
     assert [(u.model, u.prompt_tokens, u.completion_tokens) for u in usage] == [("scripted-checkout", 12, 5)]
     graph_records = records(hosted_settings, GRAPH, cid)
     assert graph_records and all(r.conversation_id == cid for r in graph_records)
+
+
+@pytest.mark.slow_on("apache")
+def test_an_inbox_resume_answers_the_graphs_own_interrupt(
+    hosted_settings: Settings, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A runner in this process (`convdb run`'s way): the graph stops in its approval `interrupt()`
+    (status waiting_for_human, the interrupt an unknown operation on the ledger); a `resume` inbox
+    record whose content is the answer resumes it, and the operation is settled."""
+    monkeypatch.setenv("CRASH_WORK", str(tmp_path))
+    monkeypatch.setenv("HOSTED_APPROVAL", "1")
+    cid = f"order-{uuid.uuid4().hex[:8]}"
+    send(hosted_settings, cid, "two tickets, please")
+    (tmp_path / "ws").mkdir()
+    ctx = build_context(
+        hosted_settings, tmp_path / "ws", None, None, store=tmp_path / "s.sqlite", graph=GRAPH_REF
+    )
+
+    def stopped_in(status: str) -> Callable[[FleetRunner], bool]:
+        def done(runner: FleetRunner) -> bool:
+            conv = runner.conversations().get(cid)
+            return runner.idle and conv is not None and conv.status == status
+
+        return done
+
+    serve_until(ctx, stopped_in("waiting_for_human"), 90)
+    waiting = [
+        r for r in records(hosted_settings, EFFECTS, cid) if r.operation_id.startswith(f"{cid}/interrupt:")
+    ]
+    assert [r.kind for r in waiting] == ["effect_proposed", "effect_started", "effect_unknown"]
+    assert "ship the tickets?" in waiting[-1].evidence
+
+    send(hosted_settings, cid, '{"decision": "confirmed", "by": "ops"}', command="resume", sender="ops")
+    serve_until(ctx, stopped_in("finished"), 90)
+    ctx.store.close()
+    said = [e.content for e in events(hosted_settings, cid) if isinstance(e, MessageEvent)]
+    assert said[-1] == "Charged ch-1 for: two tickets, please (confirmed by ops)"
+    settled = [
+        r.kind for r in records(hosted_settings, EFFECTS, cid) if r.operation_id == waiting[0].operation_id
+    ]
+    assert settled[3:] == ["effect_confirmed", "effect_resolved"]
+    assert len(charges(tmp_path)) == 1
 
 
 @pytest.mark.slow
