@@ -12,6 +12,10 @@ from importlib.metadata import entry_points
 AGENTS_GROUP = "convdb.agents"
 """Entry-point group of agents: name -> `Agent` or `make(settings) -> Agent`."""
 
+GRAPHS_GROUP = "convdb.graphs"
+"""Entry-point group of LangGraph graphs a runner hosts: name -> a compiled graph, a `StateGraph`,
+or `make(settings)` returning either (`convdb.producers.graph_book`, docs/langgraph.md)."""
+
 TOOLS_GROUP = "convdb.tools"
 """Entry-point group of tools: name -> `Tool` or `make(settings) -> Tool | Sequence[Tool]`."""
 
@@ -28,8 +32,10 @@ since a runner would import and call whatever a message named."""
 
 
 def installed_agents() -> list[str]:
-    """The names of the installed agents (`convdb.agents` entry points), plus the built-in ones."""
-    return sorted({DEFAULT_AGENT, DELEGATOR_AGENT, *(ep.name for ep in entry_points(group=AGENTS_GROUP))})
+    """The names of the installed agents (`convdb.agents` entry points, and the LangGraph graphs of
+    `convdb.graphs`, which a message names the same way), plus the built-in ones."""
+    named = [ep.name for group in (AGENTS_GROUP, GRAPHS_GROUP) for ep in entry_points(group=group)]
+    return sorted({DEFAULT_AGENT, DELEGATOR_AGENT, *named})
 
 
 def is_agent_name(name: str) -> bool:

@@ -92,7 +92,7 @@ class ArchiveSettings(Section):
         "crash before the commit is made safe by adopting the uploaded object's boundaries on restart).",
     )
     topics: tuple[str, ...] = Field(
-        ("events", "state", "inbox", "receipts", "effects", "dlq"),
+        ("events", "state", "inbox", "receipts", "effects", "graph", "dlq"),
         description="Registry topic suffixes the archive sink copies.",
     )
     crash_at: str | None = Field(

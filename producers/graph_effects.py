@@ -48,8 +48,9 @@ Lookup = Callable[[str], LookupResult]
 """Asks the provider about an idempotency key: found (with the result), not_found or unknown."""
 
 
-class _Call:
-    """One wrapped call: its operation, its thread's saver, and the ledger records it writes."""
+class LedgerCall:
+    """One operation of a thread (a wrapped call, or a hosted graph's interrupt): its saver, and
+    the ledger records it writes."""
 
     def __init__(self, saver: ConvdbSaver, thread_id: str, operation_id: str, name: str) -> None:
         self.saver = saver
@@ -62,7 +63,7 @@ class _Call:
             "id": record_id(),
             "operation_id": self.operation_id,
             "conversation_id": self.thread_id,
-            "tenant_id": self.saver.tenant_id,
+            "tenant_id": self.saver.tenant_of(self.thread_id),
             "timestamp": datetime.now(UTC),
         }
 
@@ -132,7 +133,7 @@ def effect(
             intent = intent_hash(tool_name, arguments)
             saver, thread_id, task_id = _context()
             operation_id = f"{thread_id}/{task_id}:{key or f'{tool_name}-{intent[:16]}'}"
-            run = _Call(saver, thread_id, operation_id, tool_name)
+            run = LedgerCall(saver, thread_id, operation_id, tool_name)
 
             def provider() -> R:
                 return fn(*args, **{**kwargs, "idempotency_key": operation_id})  # type: ignore[arg-type]
@@ -145,7 +146,7 @@ def effect(
 
 
 def _run(
-    run: _Call, effect_class: EffectClass, intent: str, provider: Callable[[], R], lookup: Lookup | None
+    run: LedgerCall, effect_class: EffectClass, intent: str, provider: Callable[[], R], lookup: Lookup | None
 ) -> R:
     state = run.state()
     step = next_step(state)
@@ -161,7 +162,11 @@ def _run(
 
 
 def _attempt(
-    run: _Call, attempt: int, provider: Callable[[], R], lookup: Lookup | None, before: list[LedgerRecord]
+    run: LedgerCall,
+    attempt: int,
+    provider: Callable[[], R],
+    lookup: Lookup | None,
+    before: list[LedgerRecord],
 ) -> R:
     run.commit(*before, run.started(attempt))  # durable before the provider is called
     try:
@@ -183,7 +188,7 @@ def _recorded(state: OperationState) -> Any:
 
 
 def _settle(
-    run: _Call, state: OperationState, provider: Callable[[], R], lookup: Lookup | None, reason: str
+    run: LedgerCall, state: OperationState, provider: Callable[[], R], lookup: Lookup | None, reason: str
 ) -> R:
     answer = lookup(run.operation_id) if lookup is not None else None
     verdict = settle(state, answer)
@@ -195,7 +200,7 @@ def _settle(
     return _ask_human(run, run.state(), provider, lookup)  # type: ignore[arg-type]
 
 
-def _ask_human(run: _Call, state: OperationState, provider: Callable[[], R], lookup: Lookup | None) -> R:
+def _ask_human(run: LedgerCall, state: OperationState, provider: Callable[[], R], lookup: Lookup | None) -> R:
     """LangGraph's `interrupt()`: the first time it stops the graph; on resume it returns the decision."""
     answer = interrupt(
         {

@@ -45,9 +45,12 @@ from langgraph.checkpoint.serde.base import SerializerProtocol
 
 from convdb.infra.errors import FencedError, InfraError
 from convdb.infra.kafka import common_config
+from convdb.infra.limits import HEADROOM, record_limit
 from convdb.infra.partitioner import partition_for
 from convdb.infra.reader import read_to_end
 from convdb.infra.settings import Settings
+from convdb.producers.errors import RecordTooLargeError
+from convdb.producers.graph_values import ValueStore, dereference, reference
 from convdb.producers.ledger import EMPTY as LEDGER_EMPTY
 from convdb.producers.ledger import Ledger, fold_ledger
 from convdb.producers.publisher import TransactionalPublisher
@@ -76,6 +79,20 @@ def record_id() -> str:
     (and LangGraph's tests) may patch `uuid4` to make its message ids deterministic, and a saver
     drawing from that sequence would shift them."""
     return str(uuid.UUID(bytes=os.urandom(16), version=4))
+
+
+SIZE_SLACK = 64 * 1024
+"""Bytes a graph record may carry besides its values' (ids, types, metadata, Avro framing)."""
+
+
+def _values(record: GraphRecord) -> list[tuple[str, bytes]]:
+    """A record's serialized values, named (`channel 'x'`, `checkpoint`, `metadata`)."""
+    if isinstance(record, GraphCheckpoint):
+        blobs = [(f"channel {c!r}", v) for c, v in zip(record.blob_channels, record.blob_values, strict=True)]
+        return [("checkpoint", record.checkpoint), ("metadata", record.metadata), *blobs]
+    if isinstance(record, GraphWrites):
+        return [(f"write to {c!r}", v) for c, v in zip(record.channels, record.values, strict=True)]
+    return []
 
 
 def _config(thread_id: str, ns: str, checkpoint_id: str) -> RunnableConfig:
@@ -108,6 +125,9 @@ class ConvdbSaver(BaseCheckpointSaver[str]):
         self._threads: dict[str, ThreadGraph] = {}
         self._ledgers: dict[str, Ledger] = {}
         self._effects_read: set[int] = set()
+        self.large_value_bytes = record_limit(settings) // 4
+        """A value larger than this goes to the archive bucket by reference (when there is one)."""
+        self._values = ValueStore(settings) if settings.archive_url else None
 
     # -- partitions: ownership, restore, commit ---------------------------------------------
     def partition_of(self, thread_id: str) -> int:
@@ -189,8 +209,47 @@ class ConvdbSaver(BaseCheckpointSaver[str]):
             del self._writers[partition]
             raise
 
+    def dump_value(self, value: Any) -> tuple[str, bytes]:
+        """A channel value or write, serialized; by reference to the archive bucket when large."""
+        kind, data = self.serde.dumps_typed(value)
+        if self._values is None or len(data) <= self.large_value_bytes:
+            return kind, data
+        key, digest = self._values.put(data)  # before the record that refers to it
+        return reference(kind, key, digest, len(data))
+
+    def load_value(self, typed: tuple[str, bytes]) -> Any:
+        """A value `dump_value` serialized (fetched from the archive bucket when by reference)."""
+        return self.serde.loads_typed(dereference(self._values, typed))
+
+    def check_sizes(self, records: Sequence[GraphRecord]) -> None:
+        """Refuse a record larger than the record size limit before anything is written.
+
+        Raises:
+            RecordTooLargeError: naming the record, its size, the limit and its largest values
+                (with no archive bucket to move large values to, or many values that are each
+                below a quarter of the limit).
+        """
+        limit = record_limit(self.settings)
+        for record in records:
+            values = _values(record)
+            if sum(len(v) for _, v in values) + SIZE_SLACK < limit:
+                continue  # far from the limit: no second encoding
+            size = len(self.codec.encode(record)) + len(record.conversation_id.encode()) + HEADROOM
+            if size > limit:
+                largest = ", ".join(
+                    f"{name} {len(v)} bytes" for name, v in sorted(values, key=lambda x: -len(x[1]))[:3]
+                )
+                raise RecordTooLargeError(
+                    f"thread {record.conversation_id}: a {type(record).__name__} of {size} bytes is above "
+                    f"the record size limit of {limit} bytes (CONVDB_RUNTIME__MAX_RECORD_BYTES; the "
+                    f"broker's message.max.bytes must allow it too); largest values: {largest}. A value "
+                    f"above {self.large_value_bytes} bytes goes to the archive bucket by reference when "
+                    "CONVDB_ARCHIVE_URL is set; else keep large data out of the graph's state"
+                )
+
     def _commit(self, records: Sequence[GraphRecord]) -> None:
         """Make records durable, one transaction per partition, then fold them."""
+        self.check_sizes(records)
         by_partition: dict[int, list[GraphRecord]] = {}
         for record in records:
             by_partition.setdefault(self.partition_of(record.conversation_id), []).append(record)
@@ -226,11 +285,15 @@ class ConvdbSaver(BaseCheckpointSaver[str]):
             self._ledgers[thread_id] = ledger
             return ledger.get(records[0].operation_id)
 
+    def tenant_of(self, thread_id: str) -> str:  # noqa: ARG002 - a hosted saver's depends on it
+        """The tenant a thread's records carry (standalone: the saver's)."""
+        return self.tenant_id
+
     def _fields(self, thread_id: str) -> dict[str, Any]:
         return {
             "id": record_id(),
             "conversation_id": thread_id,
-            "tenant_id": self.tenant_id,
+            "tenant_id": self.tenant_of(thread_id),
             "timestamp": datetime.now(UTC),
         }
 
@@ -248,7 +311,7 @@ class ConvdbSaver(BaseCheckpointSaver[str]):
         for channel, version in checkpoint["channel_versions"].items():
             found = graph.blob(state, ns, channel, str(version))
             if found is not None and found[0] != "empty":
-                values[channel] = self.serde.loads_typed(found)
+                values[channel] = self.load_value(found)
         writes = graph.pending_writes(state, (ns, record.checkpoint_id))
         parent = record.parent_checkpoint_id
         return CheckpointTuple(
@@ -256,9 +319,7 @@ class ConvdbSaver(BaseCheckpointSaver[str]):
             checkpoint={**checkpoint, "channel_values": values},
             metadata=self.serde.loads_typed((record.metadata_type, record.metadata)),
             parent_config=_config(thread_id, ns, parent) if parent else None,
-            pending_writes=[
-                (w.task_id, w.channel, self.serde.loads_typed((w.value_type, w.value))) for w in writes
-            ],
+            pending_writes=[(w.task_id, w.channel, self.load_value((w.value_type, w.value))) for w in writes],
         )
 
     def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
@@ -344,10 +405,10 @@ class ConvdbSaver(BaseCheckpointSaver[str]):
                     version = versions.get(channel)
                     stored = None if version is None else graph.blob(state, ns, channel, str(version))
                     if stored is not None and stored[0] != "empty":
-                        found_here[channel] = self.serde.loads_typed(stored)
+                        found_here[channel] = self.load_value(stored)
                 for w in reversed(graph.pending_writes(state, (ns, record.checkpoint_id))):
                     if w.channel in remaining:
-                        value = self.serde.loads_typed((w.value_type, w.value))
+                        value = self.load_value((w.value_type, w.value))
                         collected[w.channel].append((w.task_id, w.channel, value))
                 seeds.update(found_here)
                 remaining -= set(found_here)
@@ -376,7 +437,7 @@ class ConvdbSaver(BaseCheckpointSaver[str]):
             (
                 channel,
                 str(version),
-                *(self.serde.dumps_typed(values[channel]) if channel in values else ("empty", b"")),
+                *(self.dump_value(values[channel]) if channel in values else ("empty", b"")),
             )
             for channel, version in new_versions.items()
         ]
@@ -419,7 +480,7 @@ class ConvdbSaver(BaseCheckpointSaver[str]):
             rows = [(i, w) for i, w, keep in zip(indexes, writes, kept, strict=True) if keep]
             if not rows:
                 return
-            typed = [self.serde.dumps_typed(value) for _, (_, value) in rows]
+            typed = [self.dump_value(value) for _, (_, value) in rows]
             record = GraphWrites(
                 **self._fields(thread_id),
                 checkpoint_ns=ns,

@@ -16,6 +16,7 @@ from convdb.producers.agents import DEFAULT_AGENT, AgentBook
 from convdb.producers.conversation import Conversation
 from convdb.producers.crashpoints import NO_CRASH, CrashPoints
 from convdb.producers.errors import UnknownAgentError
+from convdb.producers.graph_book import GraphBook
 from convdb.producers.llm import LitellmClient, LLMClient, make_llm
 from convdb.producers.secrets import SecretsRegistry
 from convdb.producers.sink import RecordSink
@@ -37,6 +38,8 @@ class Runtime:
     """The agents conversations may name (None: only `agent`, under the name `default`)."""
     agent_name: str = DEFAULT_AGENT
     """The name `agent` (the default agent of this process) is loaded under."""
+    graphs: GraphBook | None = None
+    """The LangGraph graphs conversations may name, and the default one (`--graph`), if any."""
     _llms: dict[str, LLMClient] = field(default_factory=dict)
 
     def agent_for(self, name: str | None, *, recorded: bool = False) -> tuple[str, Agent, LLMClient]:
@@ -84,12 +87,15 @@ def build_runtime(
     confirmation: ConfirmationPolicy | None = None,
     crash: CrashPoints = NO_CRASH,
     agent: str | None = None,
+    graph: str | None = None,
 ) -> Runtime:
     """The runtime: its default agent is `agent` (a `convdb.agents` name or `module:attr`; None
     or `default`: the standard tools), `model` (when given) replaces every agent's model.
+    `graph` (a `convdb.graphs` name or `module:attr`) is the default instead: conversations whose
+    first message names no agent run that LangGraph graph (`producers.graph_host`).
 
     Raises:
-        UnknownAgentError, AgentLoadError: the default agent cannot be loaded.
+        UnknownAgentError, AgentLoadError: the default agent or graph cannot be loaded.
     """
 
     def builtin() -> Agent:
@@ -100,6 +106,9 @@ def build_runtime(
         )
 
     book = AgentBook(settings, builtin, default=agent or DEFAULT_AGENT, model=model)
+    graphs = GraphBook(settings, default=graph)
+    if graph is not None:
+        graphs.get(graph)  # a bad --graph fails the command now, not a conversation later
     name, default = book.get(None)
     codec = make_codec(settings.schema_registry_url)
     registered = {**settings.secret_values(), **(secrets or {})}  # CONVDB_SECRETS, then the caller's
@@ -112,6 +121,7 @@ def build_runtime(
         crash=crash,
         agents=book,
         agent_name=name,
+        graphs=graphs,
     )
 
 

@@ -9,7 +9,8 @@ from typing import Any, Protocol
 from convdb.infra.producer import Delivery
 from convdb.producers.publisher import EventPublisher
 from convdb.schemas import AvroModel, EventEnvelope, InboxMessage, LedgerRecord, Snapshot
-from convdb.schemas.topics import EFFECTS, EVENTS, INBOX, STATE, Topic
+from convdb.schemas.graph import GraphCheckpoint, GraphDeleted, GraphWrites
+from convdb.schemas.topics import EFFECTS, EVENTS, GRAPH, INBOX, STATE, Topic
 
 
 class RecordSink(Protocol):
@@ -41,4 +42,6 @@ def topic_of(record: AvroModel) -> Topic[Any]:
         return STATE
     if isinstance(record, InboxMessage):
         return INBOX  # a delegation's record for another conversation (a child's first, a report)
+    if isinstance(record, GraphCheckpoint | GraphWrites | GraphDeleted):
+        return GRAPH  # a hosted LangGraph thread's checkpoints (`producers.graph_host`)
     raise TypeError(f"a conversation does not write {type(record).__name__}")

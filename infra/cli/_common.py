@@ -22,6 +22,12 @@ AGENT_HELP = (
     "factory make(settings) -> Agent (default: the built-in agent; see docs/own-agent.md)"
 )
 
+GRAPH_HELP = (
+    "LangGraph graph to host instead of an agent: a name from the 'convdb.graphs' entry points, or "
+    "module:attr naming a compiled graph, a StateGraph, or a factory make(settings) of one (needs "
+    "the langgraph extra; see docs/langgraph.md)"
+)
+
 
 class UsageError(ConvdbError):
     """A command was given bad arguments; the CLI prints the message and exits 2."""

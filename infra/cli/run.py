@@ -17,6 +17,7 @@ from pathlib import Path
 
 from convdb.infra.cli._common import (
     AGENT_HELP,
+    GRAPH_HELP,
     SECRETS_FILE_HELP,
     UsageError,
     conversation_id,
@@ -50,6 +51,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--conversation", type=conversation_id, metavar="ID", help="conversation id (default: a new uuid)"
     )
     p.add_argument("--agent", metavar="NAME|MODULE:ATTR", help=AGENT_HELP)
+    p.add_argument("--graph", metavar="NAME|MODULE:ATTR", help=GRAPH_HELP)
     p.add_argument("--tenant", type=identifier, default="default", help="tenant id")
     p.add_argument(
         "--workspace", type=Path, help="folder the file tools work in (default: <data dir>/workspace)"
@@ -93,7 +95,9 @@ def _run(args: argparse.Namespace) -> int:
         )
     with broker_for(settings, with_s3=False) as live:
         try:
-            ctx = build_context(live, workspace, args.tracker_url, args.model, store=store, agent=args.agent)
+            ctx = build_context(
+                live, workspace, args.tracker_url, args.model, store=store, agent=args.agent, graph=args.graph
+            )
         except (UnknownAgentError, AgentLoadError) as exc:
             raise UsageError(str(exc)) from exc
         message_id = send_task(live, cid, args.tenant, args.task, agent=args.agent)

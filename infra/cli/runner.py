@@ -11,6 +11,7 @@ from pathlib import Path
 
 from convdb.infra.cli._common import (
     AGENT_HELP,
+    GRAPH_HELP,
     SECRETS_FILE_HELP,
     UsageError,
     require_broker,
@@ -36,6 +37,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         metavar="NAME|MODULE:ATTR",
         help=AGENT_HELP + "; conversations whose first message names another agent run that one",
     )
+    p.add_argument("--graph", metavar="NAME|MODULE:ATTR", help=GRAPH_HELP)
     p.add_argument(
         "--idle-exit",
         type=float,
@@ -54,7 +56,9 @@ def _runner(args: argparse.Namespace) -> int:
     workspace = args.workspace or settings.data_dir / "workspace"
     workspace.mkdir(parents=True, exist_ok=True)
     try:
-        ctx = build_context(settings, workspace, args.tracker_url, args.model, agent=args.agent)
+        ctx = build_context(
+            settings, workspace, args.tracker_url, args.model, agent=args.agent, graph=args.graph
+        )
     except (UnknownAgentError, AgentLoadError) as exc:
         raise UsageError(str(exc)) from exc
     return serve(ctx, args.idle_exit)

@@ -228,7 +228,11 @@ class Intake:
             log_context(conversation_id=record.conversation_id, tenant_id=record.tenant_id),
             tracing.traced_or_root(msg.headers(), "runner inbox", **tracing.record_attributes(msg)),
         ):
-            apply_inbox(conv, record, self.ctx.runtime.crash)
+            hosted = getattr(conv, "handle_inbox", None)  # a LangGraph graph's thread (graph_host)
+            if hosted is not None:
+                hosted(record)
+            else:
+                apply_inbox(conv, record, self.ctx.runtime.crash)
         owner.sink.commit_offset()
         self.handled += 1
         self.touch()

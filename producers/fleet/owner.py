@@ -52,6 +52,7 @@ from convdb.schemas import (
     Snapshot,
     SystemPromptEvent,
 )
+from convdb.schemas.graph import GraphCheckpoint, GraphDeleted, GraphWrites
 from convdb.schemas.topics import DLQ, INBOX
 
 logger = logging.getLogger(__name__)
@@ -220,6 +221,11 @@ class PartitionOwner:
             (*prefix, *(state.view.visible if state else ()), *(state.view.path if state else ()))
         )
         name = recorded[0] if recorded else agent
+        if rt.graphs is not None and rt.graphs.hosts(name):
+            hosted = self._graph_conversation(cid, tenant_id, name, state, positions)
+            if hosted is not None:
+                return hosted
+            name = None  # its graph does not load here: kept (never run) as the default agent's
         try:
             name, chosen, llm = rt.agent_for(name, recorded=recorded is not None)
         except (UnknownAgentError, AgentLoadError) as exc:
@@ -240,6 +246,36 @@ class PartitionOwner:
             agent_name=name,
         )  # fmt: skip
         conv.effects.delegations.partitions = self.ctx.settings.partitions
+        self.conversations[cid] = conv
+        return conv
+
+    def _graph_conversation(
+        self,
+        cid: str,
+        tenant_id: str,
+        name: str | None,
+        state: ConversationState | None,
+        positions: LogPositions | None,
+    ) -> Conversation | None:
+        """A conversation run by a hosted LangGraph graph (`producers.graph_host`); None for a
+        restored one whose graph does not load here (`create` keeps it, never run, as an agent's)."""
+        graphs = self.ctx.runtime.graphs
+        assert graphs is not None
+        try:
+            try:  # LangGraph is an optional extra: imported only by a runner that hosts a graph
+                from convdb.producers.graph_host import GraphConversation
+            except ImportError as exc:
+                why = f"{exc} (is the langgraph extra installed? pip install convdb[langgraph])"
+                raise AgentLoadError(f"graph {graphs.name_of(name)!r}: {why}") from exc
+            conv: Conversation = GraphConversation.hosted(
+                graphs, self, cid, tenant_id, graphs.name_of(name), state=state, positions=positions
+            )
+        except (UnknownAgentError, AgentLoadError) as exc:
+            if state is None:
+                raise
+            logger.error("conversation %s: its graph %r does not load here, not run: %s", cid, name, exc)
+            self.unavailable[cid] = exc
+            return None
         self.conversations[cid] = conv
         return conv
 
@@ -350,6 +386,8 @@ class PartitionOwner:
                 saved.append((record.conversation_id, delivery.offset, self.ctx.codec.encode(record)))
             elif isinstance(record, InboxMessage):
                 continue  # another conversation's inbox (a delegation)
+            elif isinstance(record, GraphCheckpoint | GraphWrites | GraphDeleted):
+                continue  # a hosted graph's records: its saver restores them from the graph topic
             elif isinstance(record, LedgerRecord):
                 self.effects_end = max(self.effects_end, delivery.offset + 1)
             else:

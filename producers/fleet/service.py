@@ -26,6 +26,7 @@ def build_context(
     *,
     store: Path | None = None,
     agent: str | None = None,
+    graph: str | None = None,
 ) -> FleetContext:
     """The runtime, fault hooks and local snapshot store of one runner.
 
@@ -33,13 +34,20 @@ def build_context(
     that does not outlive the command (the embedded one) needs a store of its own.
     `agent`: the default agent (a `convdb.agents` name or `module:attr`; None: the built-in one);
     conversations whose first message names another agent run that one.
+    `graph`: the default LangGraph graph instead (a `convdb.graphs` name or `module:attr`).
 
     Raises:
         UnknownAgentError, AgentLoadError: the default agent cannot be loaded.
     """
     crash = StopPoints(settings.crash_at, settings.crash_tool, settings.crash_signal)
     runtime = build_runtime(
-        settings, workspace=workspace, tracker_url=tracker_url, model=model, crash=crash, agent=agent
+        settings,
+        workspace=workspace,
+        tracker_url=tracker_url,
+        model=model,
+        crash=crash,
+        agent=agent,
+        graph=graph,
     )
     path = store or settings.data_dir / "fleet" / f"{settings.namespace}.sqlite"
     return FleetContext(settings, runtime, SnapshotStore(path))

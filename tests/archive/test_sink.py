@@ -10,6 +10,7 @@ from convdb.consumers.archive import export, layout
 from convdb.consumers.archive.reader import ArchiveReader
 from convdb.consumers.archive.target import open_target
 from convdb.infra.partitioner import partition_for
+from convdb.infra.reader import read_topic as read_kafka
 from convdb.infra.settings import Settings
 from convdb.producers.agent import Agent
 from convdb.producers.conversation import Conversation
@@ -18,6 +19,7 @@ from convdb.producers.publisher import EventPublisher
 from convdb.producers.secrets import SecretsRegistry
 from convdb.producers.sink import DurableSink
 from convdb.schemas import SingleObjectCodec
+from convdb.schemas.topics import GRAPH
 from tests.archive.conftest import (
     SinkThread,
     archive_objects,
@@ -28,6 +30,7 @@ from tests.archive.conftest import (
     rotated,
 )
 from tests.helpers import read_topic
+from tests.producers._support import records
 
 pytestmark = [pytest.mark.kafka, pytest.mark.s3]
 
@@ -103,3 +106,49 @@ def test_secrets_never_appear_in_any_archived_object(s3_settings: Settings) -> N
                 assert secret.encode() not in blob, (key, rec.offset)
                 placeholders += blob.count(b"<secret:API_TOKEN>")
     assert placeholders >= 2  # the messages were archived, redacted
+
+
+def test_the_graph_topic_is_archived_byte_exact(s3_settings: Settings) -> None:
+    """A LangGraph thread's checkpoints and task writes (the `graph` topic, archived by default)."""
+    pytest.importorskip("langgraph")
+    from convdb.langgraph import ConvdbSaver
+    from tests.langgraph.graphs import counter_graph
+
+    settings = rotated(s3_settings, max_records=5, max_age_s=0.5)
+    saver = ConvdbSaver(settings)
+    counter_graph(saver).invoke({"count": 1, "steps": []}, {"configurable": {"thread_id": "lg-archived"}})
+    saver.close()
+    written = records(settings, GRAPH)
+    assert len(written) >= 4  # a checkpoint per step, and the steps' writes
+    in_kafka = read_topic(settings, settings.topic("graph"), len(written))
+    with SinkThread(settings) as sink:
+        sink.wait_records(len(in_kafka))
+    archived = archived_records(settings, "graph")
+    assert Counter((r.partition, r.offset, r.key, r.value) for r in archived) == Counter(in_kafka)
+
+
+def test_a_large_graph_value_goes_to_the_archive_bucket_by_reference(s3_settings: Settings) -> None:
+    """A LangGraph value above a quarter of the record size limit: in the bucket, content-addressed,
+    the record refers to it, and another saver (another process) reads it back."""
+    pytest.importorskip("langgraph")
+    from convdb.langgraph import ConvdbSaver
+    from tests.langgraph.graphs import counter_graph
+
+    settings = s3_settings.model_copy(
+        update={"runtime": s3_settings.runtime.model_copy(update={"max_record_bytes": 100_000})}
+    )
+    big = "x" * 300_000  # three times the record size limit
+    config = {"configurable": {"thread_id": "lg-large"}}
+    saver = ConvdbSaver(settings)
+    assert counter_graph(saver).invoke({"count": 1, "steps": [big]}, config)["steps"] == [
+        big,
+        "add",
+        "double",
+    ]
+    assert max(len(m.value()) for m in read_kafka(settings, settings.topic("graph"))) < 20_000
+    target, prefix = open_target(settings)
+    stored = list(target.list(f"{prefix}/graph-values/{settings.namespace}/"))
+    assert stored and all(len(target.get(k) or b"") > 300_000 for k in stored)
+    saver.close()
+    again = counter_graph(ConvdbSaver(settings)).get_state(config).values
+    assert again["steps"] == [big, "add", "double"]

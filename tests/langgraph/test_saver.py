@@ -9,6 +9,7 @@ import pytest
 from convdb.infra.errors import FencedError, InfraError
 from convdb.infra.settings import Settings
 from convdb.langgraph import ConvdbSaver
+from convdb.producers.errors import RecordTooLargeError
 from tests.langgraph.graphs import counter_graph
 
 pytestmark = [pytest.mark.kafka, pytest.mark.brokers, pytest.mark.slow_on("apache")]
@@ -91,3 +92,19 @@ def test_a_namespace_without_the_graph_topic_is_named_in_the_error(
 ) -> None:
     with pytest.raises(InfraError, match=r"graph\[\d\].*convdb topics apply"):
         ConvdbSaver(make_settings()).get_tuple(config("t1"))  # no topic was created
+
+
+def test_a_value_above_the_record_size_limit_is_refused_with_the_limit_named(settings: Settings) -> None:
+    small = settings.model_copy(
+        update={"runtime": settings.runtime.model_copy(update={"max_record_bytes": 100_000})}
+    )
+    saver = ConvdbSaver(small)
+    graph = counter_graph(saver)
+    with pytest.raises(RecordTooLargeError) as refused:
+        graph.invoke({"count": 1, "steps": ["x" * 200_000]}, config("big"))
+    message = str(refused.value)
+    assert "limit of 100000 bytes (CONVDB_RUNTIME__MAX_RECORD_BYTES" in message
+    assert "largest values: channel '__start__' 2000" in message  # the input, refused first
+    assert saver.get_tuple(config("big")) is None  # nothing was written, and the saver goes on:
+    assert graph.invoke({"count": 1, "steps": ["small"]}, config("big"))["count"] == 4
+    assert ConvdbSaver(small).get_tuple(config("big")) is not None
