@@ -109,12 +109,16 @@ def simulate(ctx: BenchContext, conversations: int, window_s: float) -> Figures:
         live = conversation_ids("cap", conversations)
         send_all(settings, live, "hello")
         wait_for(
-            lambda: all(read_steps(settings).times.get(c) for c in live), 120, "first steps", runners, 1.0
+            lambda: all(read_steps(settings, committed=False).times.get(c) for c in live),
+            120,
+            "first steps",
+            runners,
+            1.0,
         )
         pacer = Pacer(settings, live, MEASURED.events_per_step / assumed.events_per_s_each)
         pacer.start()
         time.sleep(2 * expected.step_gap_s)
-        measured = _measure(settings, runners, consumers, window_s, live)
+        measured = _measure(settings, runners, consumers, window_s, live, pacer)
     finally:
         if pacer is not None:
             pacer.stop()
@@ -153,7 +157,7 @@ def _predicted(expected: Prediction) -> Figures:
 
 def _measure(
     settings: Settings, runners: list[RunnerChild], consumers: list[tuple[object, int]], window_s: float,
-    live: list[str],
+    live: list[str], pacer: Pacer,
 ) -> Figures:  # fmt: skip
     cpu0 = sum(_cpu_s(r.proc.pid) for r in runners)
     applied0 = sum(_applied(port) for _, port in consumers)
@@ -162,6 +166,8 @@ def _measure(
     t1 = time.time()
     cpu1 = sum(_cpu_s(r.proc.pid) for r in runners)
     applied1 = sum(_applied(port) for _, port in consumers)
+    pacer.stop()  # runners go idle: a committed read reaches the end (`read_events`)
+    time.sleep(2)
     steps = read_steps(settings)
     count = steps.count_between(t0, t1)
     if count == 0:

@@ -25,8 +25,6 @@ class Figures:
     """CPU one runner process spends per agent step (transactions, snapshots, polling included)."""
     events_per_step: float
     """Events written to the events topic per agent step."""
-    event_bytes: float
-    """Mean size of an event record on the wire."""
     consumer_events_per_s: float
     """`convdb consume all` (views, index, titles, stats, effects), one process, PostgreSQL."""
     store_events_per_s: float
@@ -57,6 +55,8 @@ class Assumptions:
     """Bytes per second one broker takes in, replicas included (a conservative disk/network budget)."""
     replication: int = 3
     """Copies of every record (the 3-broker cluster's replication factor)."""
+    event_bytes: float = 1024.0
+    """Mean size of an event record on the wire (the benches' agent-shaped 1 KB event)."""
     snapshot_overhead: float = 0.25
     """State, effects and inbox bytes on top of the events' (snapshots every 100 events, ledger)."""
 
@@ -96,12 +96,12 @@ def plan(conversations: int, figures: Figures, assumed: Assumptions) -> Plan:
     steps = events / figures.events_per_step
     runners = need(steps, runner_steps_per_s(figures, assumed))
     consumers = need(events, figures.consumer_events_per_s)
-    archivers = need(events * figures.event_bytes, figures.archive_bytes_per_s)
+    archivers = need(events * assumed.event_bytes, figures.archive_bytes_per_s)
     by_takeover = math.ceil(
         conversations * figures.restore_ms_per_conversation / 1000 / (assumed.takeover_budget_s * UTILIZATION)
     )
     partitions = max(runners, consumers, archivers, by_takeover)
-    written = events * figures.event_bytes * (1 + assumed.snapshot_overhead) * assumed.replication
+    written = events * assumed.event_bytes * (1 + assumed.snapshot_overhead) * assumed.replication
     return Plan(
         conversations=conversations,
         events_per_s=events,
@@ -143,14 +143,13 @@ def predict(plan_: Plan, figures: Figures, assumed: Assumptions) -> Prediction:
 
 
 MEASURED = Figures(
-    runner_cpu_ms_per_step=12.0,
+    runner_cpu_ms_per_step=9.7,
     events_per_step=5.0,
-    event_bytes=700.0,
     consumer_events_per_s=4_207.0,
     store_events_per_s=6_878.0,
-    archive_bytes_per_s=5e6,
+    archive_bytes_per_s=6.05e6,
     api_requests_per_s=645.7,
-    restore_ms_per_conversation=0.5,
+    restore_ms_per_conversation=0.23,
 )
 """Per-process figures of this build (docs/capacity.md names the bench/RESULTS.md key of each)."""
 
@@ -163,3 +162,34 @@ LOADS = (10_000, 100_000)
 def with_latency(assumed: Assumptions, latency_s: float, in_flight: int = 1) -> Assumptions:
     """The same assumptions with another step latency and steps in flight per runner."""
     return replace(assumed, step_latency_s=latency_s, steps_in_flight=in_flight)
+
+
+def table(figures: Figures = MEASURED, assumed: Assumptions = ASSUMED, loads: tuple[int, ...] = LOADS) -> str:
+    """The Markdown table of docs/capacity.md: one column per load, today's runner and a concurrent one."""
+    cases = [(n, assumed) for n in loads] + [(n, replace(assumed, steps_in_flight=CONCURRENT)) for n in loads]
+    plans = [plan(n, figures, a) for n, a in cases]
+    head = [
+        f"{n:,} live, {a.steps_in_flight} step{'s' if a.steps_in_flight > 1 else ''}/runner" for n, a in cases
+    ]
+    rows = [
+        ("events/s", lambda p: f"{p.events_per_s:,.0f}"),
+        ("agent steps/s", lambda p: f"{p.steps_per_s:,.0f}"),
+        ("runner processes", lambda p: f"{p.runners:,}"),
+        ("runner cores (CPU at 50%)", lambda p: f"{p.runner_cores:,.1f}"),
+        ("partitions", lambda p: f"{p.partitions:,}"),
+        ("conversations per partition", lambda p: f"{p.conversations_per_partition:,.0f}"),
+        ("`consume all` processes (PostgreSQL)", lambda p: f"{p.consumers:,}"),
+        ("PostgreSQL stores", lambda p: f"{p.stores:,}"),
+        ("archive processes", lambda p: f"{p.archivers:,}"),
+        ("API processes (user messages)", lambda p: f"{p.api_processes:,}"),
+        ("brokers", lambda p: f"{p.brokers:,}"),
+    ]
+    lines = ["| | " + " | ".join(head) + " |", "|---|" + "---:|" * len(head)]
+    for label, cell in rows:
+        lines.append(f"| {label} | " + " | ".join(cell(p) for p in plans) + " |")
+    return "\n".join(lines)
+
+
+CONCURRENT = 64
+"""Steps in flight per runner process in the table's second half (a runner that does not wait for
+one conversation's LLM before stepping another; not what the runner does today)."""

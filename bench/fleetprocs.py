@@ -225,14 +225,17 @@ class Steps:
         return sum(1 for ts in self.times.values() for t in ts if t0 <= t < t1)
 
 
-def read_events(settings: Settings) -> Iterator[Message]:
+def read_events(settings: Settings, *, committed: bool = True) -> Iterator[Message]:
     """The namespace's events topic, every partition to its end.
 
     `fetch.wait.max.ms` is 500 ms, not the readers' 10 ms on the embedded broker: there a fetch
     of a topic written in many small transactions came back with a handful of records at 10 ms
-    (6 records in 15 s, a topic of 6,100) and in full at 500 ms.
+    (6 records in 15 s, a topic of 6,100) and in full at 500 ms. A committed read reaches a
+    partition's end only when no transaction is open in it: while runners write steadily, a
+    progress check reads uncommitted (`committed=False`) and the figures are read once they stop.
     """
-    consumer = reader_consumer(settings, "bench", **{"fetch.wait.max.ms": 500})
+    isolation = "read_committed" if committed else "read_uncommitted"
+    consumer = reader_consumer(settings, "bench", **{"fetch.wait.max.ms": 500, "isolation.level": isolation})
     topic = EVENTS.name(settings.namespace)
     try:
         parts = partitions_of(consumer, topic)
@@ -242,11 +245,11 @@ def read_events(settings: Settings) -> Iterator[Message]:
         consumer.close()
 
 
-def read_steps(settings: Settings) -> Steps:
+def read_steps(settings: Settings, *, committed: bool = True) -> Steps:
     """Every step of the namespace's events topic: the timestamps of its `LLMUsageEvent`s."""
     codec = make_codec(settings.schema_registry_url)
     times: dict[str, list[float]] = {}
-    for msg in read_events(settings):
+    for msg in read_events(settings, committed=committed):
         event = codec.decode(msg.value() or b"")
         if isinstance(event, LLMUsageEvent):
             times.setdefault(event.conversation_id, []).append(event.timestamp.timestamp())

@@ -71,25 +71,26 @@ def takeovers(
 ) -> dict[int, tuple[float, float]]:
     """Moved partition -> (release -> first step served by its new owner, its assignment -> that step).
 
-    Release: the old owner's `revoked`/`lost` line for it in the window, else the moment the old
-    owner was killed, else the event's start. Assignment: the new owner's last `assigned` line
-    for it in the window (on an eager runner that line comes after the restore it reports).
+    Assignment: the new owner's last `assigned` line for it in the window (on an eager runner that
+    line comes after the restore it reports). Release: the last `revoked`/`lost` line for it
+    before that (a span of several rebalances counts only the last move), else the moment its old
+    owner was killed, else the event's start.
     """
     out: dict[int, tuple[float, float]] = {}
     for p, (old, new) in moved.items():
         if new is None:
             continue
         assigned = [
-            float(line["at"])  # type: ignore[arg-type]
+            _at(line)
             for line in lines
             if line["runner"] == new
             and line["event"] in ("assigned", "restored")
-            and window.t0 <= float(line["at"]) <= window.t1  # type: ignore[arg-type]
-            and p in (line.get("partitions") or [line.get("partition")])  # type: ignore[operator]
+            and window.t0 <= _at(line) <= window.t1
+            and p in _parts(line)
         ]
         if not assigned:
             continue
-        release = _release(lines, window, old, p)
+        release = _release(lines, window, old, p, assigned[-1])
         served = [
             t for cid, ts in steps.times.items() if steps.partition[cid] == p for t in ts if t > assigned[-1]
         ]
@@ -99,21 +100,27 @@ def takeovers(
     return out
 
 
-def _release(lines: list[Line], window: Window, old: str | None, p: int) -> float:
-    if old is not None:
-        for line in lines:
-            at = float(line["at"])  # type: ignore[arg-type]
-            if (
-                line["runner"] == old
-                and line["event"] in ("revoked", "lost")
-                and window.t0 <= at <= window.t1
-            ):
-                if p in line.get("partitions", []):  # type: ignore[operator]
-                    return at
-        killed = window.dead.get(old)
-        if killed is not None and killed >= window.t0:
-            return killed
-    return window.t0
+def _at(line: Line) -> float:
+    return float(line["at"])  # type: ignore[arg-type]
+
+
+def _parts(line: Line) -> list[int]:
+    parts = line.get("partitions")
+    if isinstance(parts, list):
+        return parts
+    return [line["partition"]] if isinstance(line.get("partition"), int) else []  # type: ignore[list-item]
+
+
+def _release(lines: list[Line], window: Window, old: str | None, p: int, assigned: float) -> float:
+    released = [
+        _at(line)
+        for line in lines
+        if line["event"] in ("revoked", "lost") and window.t0 <= _at(line) <= assigned and p in _parts(line)
+    ]
+    killed = window.dead.get(old) if old is not None else None
+    if killed is not None and window.t0 <= killed <= assigned:
+        released.append(killed)
+    return max(released, default=window.t0)
 
 
 def event_figures(

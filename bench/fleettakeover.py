@@ -20,23 +20,30 @@ from convdb.infra.settings import Settings
 from convdb.producers.fleet.owner import PartitionOwner
 from convdb.producers.fleet.service import build_context
 
-LABELS = {100: "100", 1_000: "1k", 10_000: "10k", 20: "20", 60: "60"}
+
+def label(n: int) -> str:
+    """A size as the figure keys name it (100, 1k, 10k)."""
+    return f"{n // 1000}k" if n >= 1000 and n % 1000 == 0 else str(n)
+
+
+LABELS = {n: label(n) for n in (100, 1_000, 10_000)}
+"""The bench's sizes (the smoke test's smaller ones are keyed the same way)."""
 
 
 def _meta() -> dict[str, tuple[str, str, str]]:
     meta = {}
-    for n, label in LABELS.items():
-        meta[f"fleet_takeover_first_s_{label}"] = (
+    for n, key in LABELS.items():
+        meta[f"fleet_takeover_first_s_{key}"] = (
             f"takeover of a partition of {n} conversations: start -> first probe served",
             "s",
             "",
         )
-        meta[f"fleet_takeover_all_s_{label}"] = (
+        meta[f"fleet_takeover_all_s_{key}"] = (
             f"takeover of a partition of {n} conversations: start -> every probe served",
             "s",
             "<= 2 at 1k" if n == 1_000 else "",
         )
-        meta[f"fleet_takeover_restore_ms_{label}"] = (
+        meta[f"fleet_takeover_restore_ms_{key}"] = (
             f"takeover of {n} conversations: the restore the runner reports",
             "ms",
             "",
@@ -58,11 +65,11 @@ def curve(ctx: BenchContext, sizes: tuple[int, ...], probes: int) -> Figures:
     every: list[float] = []
     for n in sizes:
         first, last, restore_ms = _one(ctx, n, probes)
-        label = LABELS[n]
-        figures[f"fleet_takeover_first_s_{label}"] = first
-        figures[f"fleet_takeover_all_s_{label}"] = last
+        key = label(n)
+        figures[f"fleet_takeover_first_s_{key}"] = first
+        figures[f"fleet_takeover_all_s_{key}"] = last
         if restore_ms is not None:
-            figures[f"fleet_takeover_restore_ms_{label}"] = restore_ms
+            figures[f"fleet_takeover_restore_ms_{key}"] = restore_ms
         every.append(last)
     if len(sizes) > 1:
         figures["fleet_takeover_growth"] = growth_exponent(list(sizes), every)
