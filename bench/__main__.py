@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.common import BenchContext, Figures
-from bench.report import markdown, side_by_side, table, with_section
+from bench.report import OWN_SECTIONS, markdown, side_by_side, table, with_section
 
 BENCHMARKS: tuple[str, ...] = (
     "publish",
@@ -39,10 +39,19 @@ BENCHMARKS: tuple[str, ...] = (
     "console",
     "ingest",
     "langgraph",
+    "fleet",
+    "capacity",
 )
 """Registered benchmarks: each is a module `bench.<name>` with `FIGURES` and `run(ctx) -> Figures`."""
 
-BROKER_BOUND: tuple[str, ...] = ("publish", "sink", "e2e", "ingest")
+OWN_SECTION: tuple[str, ...] = OWN_SECTIONS
+"""Benchmarks run only when named (`--only`): minutes of runner fleets each. Each writes a section
+of RESULTS.md of its own, so running one never replaces the main table."""
+
+CLUSTER: tuple[str, ...] = ("fleet",)
+"""Benchmarks that run on a 3-broker Apache Kafka cluster (`--broker apache`), not on one node."""
+
+BROKER_BOUND: tuple[str, ...] = ("publish", "sink", "e2e", "ingest", "fleet")
 """Benchmarks whose figures depend on the broker: `--broker both` runs them on each."""
 
 RESULTS = Path(__file__).resolve().parent / "RESULTS.md"
@@ -61,7 +70,12 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         help="default: small; both: small, then large (1M events), each written to its section",
     )
     parser.add_argument("--json", action="store_true", help="also print every figure as one JSON object")
-    parser.add_argument("--only", choices=BENCHMARKS, action="append", help="run only these (repeatable)")
+    parser.add_argument(
+        "--only",
+        choices=BENCHMARKS,
+        action="append",
+        help="run only these (repeatable); " + ", ".join(OWN_SECTION) + " run only when named here",
+    )
     parser.add_argument(
         "--repeats", type=int, default=None, help="runs per figure (default 3 small, 5 large)"
     )
@@ -75,15 +89,16 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
-def start_broker(stack: ExitStack, workdir: Path, kind: str = "embedded") -> tuple[str, bool]:
-    """The broker to measure against: CONVDB_BOOTSTRAP_SERVERS, else a fresh one of this kind."""
+def start_broker(stack: ExitStack, workdir: Path, kind: str = "embedded", nodes: int = 1) -> tuple[str, bool]:
+    """The broker to measure against: CONVDB_BOOTSTRAP_SERVERS, else a fresh one of this kind
+    (Apache Kafka: `nodes` brokers)."""
     external = os.environ.get("CONVDB_BOOTSTRAP_SERVERS")
     if external:
         return external, False
     if kind == "apache":
         from convdb.infra.dev.apache import THROUGHPUT_JVM_OPTS, ApacheKafka
 
-        kafka = ApacheKafka(workdir / "kafka", size=1, jvm_opts=THROUGHPUT_JVM_OPTS)
+        kafka = ApacheKafka(workdir / "kafka", size=nodes, jvm_opts=THROUGHPUT_JVM_OPTS)
         return stack.enter_context(kafka).bootstrap_servers, False
     from convdb.infra.dev.broker import EmbeddedBroker
 
@@ -97,8 +112,9 @@ def measure(
     """Run benchmarks on a fresh broker of this kind (stopped afterwards)."""
     from convdb.infra.settings import Settings
 
+    nodes = 3 if any(n in CLUSTER for n in names) else 1
     with ExitStack() as stack:
-        bootstrap, embedded = start_broker(stack, workdir / kind, kind)
+        bootstrap, embedded = start_broker(stack, workdir / kind, kind, nodes)
         settings = Settings(_env_file=None).with_broker(bootstrap, embedded=embedded)  # type: ignore[call-arg]
         return run_all(BenchContext(settings, size, repeats, workdir / kind), names)
 
@@ -133,8 +149,20 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def run_size(args: argparse.Namespace, size: str) -> int:
-    """Run the benchmarks at one size, print them and write that size's section of RESULTS.md."""
-    names = tuple(args.only) if args.only else BENCHMARKS
+    """Run the benchmarks at one size: the main table, then each benchmark with a section of its own."""
+    names = tuple(args.only) if args.only else tuple(n for n in BENCHMARKS if n not in OWN_SECTION)
+    groups = [tuple(n for n in names if n not in OWN_SECTION)] + [(n,) for n in names if n in OWN_SECTION]
+    for group in groups:
+        if group:
+            code = run_group(args, size, group)
+            if code:
+                return code
+    return 0
+
+
+def run_group(args: argparse.Namespace, size: str, names: tuple[str, ...]) -> int:
+    """Run benchmarks at one size, print them and write their section of RESULTS.md."""
+    own = names[0] if names[0] in OWN_SECTION else None
     repeats = args.repeats or (5 if size == "large" else 3)
     started = time.monotonic()
     first = "apache" if args.broker == "apache" else "embedded"
@@ -142,8 +170,8 @@ def run_size(args: argparse.Namespace, size: str) -> int:
     with tempfile.TemporaryDirectory(prefix="convdb-bench-") as tmp:
         try:
             figures, meta, notes = measure(first, names, size, repeats, Path(tmp))
-            if args.broker == "both":
-                bound = tuple(n for n in names if n in BROKER_BOUND)
+            bound = tuple(n for n in names if n in BROKER_BOUND)
+            if args.broker == "both" and bound:
                 apache, _, apache_notes = measure("apache", bound, size, repeats, Path(tmp))
                 compared = {"embedded": figures, "apache": apache}
                 notes += [f"apache: {n}" for n in apache_notes]
@@ -159,9 +187,10 @@ def run_size(args: argparse.Namespace, size: str) -> int:
         print(f"bench: note: {note}", file=sys.stderr)
     if not args.no_write:
         existing = RESULTS.read_text() if RESULTS.exists() else ""
-        text = markdown(figures, meta, size, repeats, notes, first, compared)
-        RESULTS.write_text(with_section(existing, size, text))
-        print(f"bench: wrote the {size} section of {RESULTS}", file=sys.stderr)
+        text = markdown(figures, meta, size, repeats, notes, first, compared, only=own)
+        key = f"{own}:{size}" if own else size
+        RESULTS.write_text(with_section(existing, key, text))
+        print(f"bench: wrote the {key} section of {RESULTS}", file=sys.stderr)
     if args.json:
         print(json.dumps(figures, sort_keys=True))
     return 0

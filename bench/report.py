@@ -103,15 +103,18 @@ def markdown(
     notes: list[str],
     broker: str = "embedded",
     compared: dict[str, Figures] | None = None,
+    only: str | None = None,
 ) -> str:
-    """The whole RESULTS.md text."""
+    """The whole RESULTS.md text (`only`: the one benchmark of a section of its own)."""
     info = machine()
     flag = "both" if compared else broker
+    named = f"--only {only} " if only else ""
     head = [
         "# convdb benchmark results",
         "",
-        f"Written by `python -m bench --size {size} --broker {flag}`; every figure is the median of "
-        f"{repeats} runs,",
+        f"Written by `python -m bench {named}--size {size} --broker {flag}`; every figure is the median of "
+        f"{repeats} runs",
+        "unless its notes say otherwise,",
         "and each ceiling was measured in the same run on the same broker. The main table is on the",
         f"{broker} broker" + (f" (Apache Kafka {_kafka_version()})." if broker == "apache" else "."),
         "",
@@ -135,20 +138,29 @@ def markdown(
 
 
 SIZES = ("small", "large")
+OWN_SECTIONS = ("fleet", "capacity")
+"""Benchmarks with a section of their own per size (`python -m bench --only NAME`)."""
+SECTIONS = (*SIZES, *(f"{name}:{size}" for name in OWN_SECTIONS for size in SIZES))
 
 
-def with_section(existing: str, size: str, text: str) -> str:
-    """RESULTS.md with this size's section replaced by `text` (a `markdown` text), the others kept.
+def with_section(existing: str, key: str, text: str) -> str:
+    """RESULTS.md with one section replaced by `text` (a `markdown` text), the others kept.
 
     Each `python -m bench --size S` run owns one section, so a small and a large run both stay
-    on record (`--size both` runs and writes them together).
+    on record (`--size both` runs and writes them together); `--only fleet` and `--only
+    capacity` own a section per size too (key `fleet:small`, ...).
     """
-    sections = {s: _section(existing, s) for s in SIZES}
+    sections = {s: _section(existing, s) for s in SECTIONS}
     body = text.split("\n", 1)[1] if text.startswith("# ") else text
-    sections[size] = f"## `python -m bench --size {size}`\n{body}"
-    intro = "One section per size; `python -m bench --size both` writes both."
+    name, _, size = key.rpartition(":")
+    command = f"--only {name} --size {size}" if name else f"--size {size}"
+    sections[key] = f"## `python -m bench {command}`\n{body}"
+    intro = (
+        "One section per size; `python -m bench --size both` writes both. The fleet and capacity "
+        "benchmarks run only when named (`--only fleet`, `--only capacity`) and write sections of their own."
+    )
     parts = ["# convdb benchmark results", "", intro, ""]
-    for name in SIZES:
+    for name in SECTIONS:
         if sections[name]:
             parts += [f"<!-- bench:{name} -->", sections[name].rstrip("\n"), f"<!-- /bench:{name} -->", ""]
     return "\n".join(parts)

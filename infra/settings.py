@@ -118,6 +118,12 @@ class LLMSettings(Section):
         description="How 'convdb/scripted' runs: 'litellm' (litellm.completion with mock_response, "
         "priced) or 'direct' (same replies without importing litellm; for short-lived test processes).",
     )
+    scripted_latency_ms: float = Field(
+        0.0,
+        ge=0,
+        description="How long each 'convdb/scripted' turn takes (a provider's response time, spent "
+        "waiting, not computing): benchmarks pace steps with it so the CPU is not what limits them.",
+    )
 
 
 class RuntimeSettings(Section):

@@ -83,8 +83,10 @@ def _litellm() -> Any:
 class LitellmClient:
     """Calls `litellm.completion`; the scripted model goes through it as a dict `mock_response`."""
 
-    def __init__(self, timeout_s: float = 60.0) -> None:
+    def __init__(self, timeout_s: float = 60.0, scripted_latency_s: float = 0.0) -> None:
         self.timeout_s = timeout_s
+        self.scripted_latency_s = scripted_latency_s
+        """How long a scripted turn waits, as a provider would (`LLMSettings.scripted_latency_ms`)."""
 
     def warm_up(self) -> None:
         """Import litellm now (~5 s) so the first step's timing measures the step, not the import."""
@@ -102,6 +104,8 @@ class LitellmClient:
         if parent:
             kwargs["metadata"] = parent
         started = time.perf_counter()
+        if model == SCRIPTED_MODEL and self.scripted_latency_s:
+            time.sleep(self.scripted_latency_s)
         try:
             response = litellm.completion(**kwargs)
         except Exception as exc:  # noqa: BLE001 - litellm raises many provider-specific types
@@ -147,6 +151,10 @@ def _reply(model: str, response: Any, latency_ms: float, cost: float | None) -> 
 class DirectScriptedClient:
     """The scripted model without litellm: same replies and prices, no 5 s import."""
 
+    def __init__(self, latency_s: float = 0.0) -> None:
+        self.latency_s = latency_s
+        """How long a turn waits, as a provider would (`LLMSettings.scripted_latency_ms`)."""
+
     def complete(
         self,
         model: str,
@@ -157,6 +165,8 @@ class DirectScriptedClient:
         if model != SCRIPTED_MODEL:
             raise LLMError(f"the direct scripted backend only runs {SCRIPTED_MODEL}, not {model}")
         started = time.perf_counter()
+        if self.latency_s:
+            time.sleep(self.latency_s)
         turn = scripted_turn(messages)
         message, usage = turn["choices"][0]["message"], turn["usage"]
         calls = tuple(
@@ -182,5 +192,5 @@ class DirectScriptedClient:
 def make_llm(settings: LLMSettings, model: str | None = None) -> LLMClient:
     """The client for a model: direct scripted when configured so, litellm otherwise."""
     if (model or settings.model) == SCRIPTED_MODEL and settings.scripted_backend == "direct":
-        return DirectScriptedClient()
-    return LitellmClient(settings.timeout_s)
+        return DirectScriptedClient(settings.scripted_latency_ms / 1000)
+    return LitellmClient(settings.timeout_s, settings.scripted_latency_ms / 1000)

@@ -1,0 +1,141 @@
+"""Takeover of one partition holding N conversations, each with its snapshot.
+
+A topic set of one partition is filled in this process: N conversations, each run once by a
+`PartitionOwner` (as a runner does; a run ends with a snapshot), so the partition's state topic
+holds N snapshots. A few of them (the probes) are then sent a message, and a `convdb runner` with
+an empty data dir (a machine that never owned the partition: it restores from the state topic)
+is started. From the moment it began taking the partition (its `assigned` line, less the restore
+it reports there), the time to the first probe's step and to the last one: how soon a partition
+of N conversations starts serving, and how soon a conversation anywhere in it is served.
+"""
+
+from __future__ import annotations
+
+import random
+
+from bench.common import BenchContext, BenchError, Figures, drop_namespace
+from bench.fleetprocs import TENANT, RunnerChild, conversation_ids, namespace, read_steps, send_all, wait_for
+from bench.fleetstats import growth_exponent
+from convdb.infra.settings import Settings
+from convdb.producers.fleet.owner import PartitionOwner
+from convdb.producers.fleet.service import build_context
+
+
+def label(n: int) -> str:
+    """A size as the figure keys name it (100, 1k, 10k)."""
+    return f"{n // 1000}k" if n >= 1000 and n % 1000 == 0 else str(n)
+
+
+LABELS = {n: label(n) for n in (100, 1_000, 10_000)}
+"""The bench's sizes (the smoke test's smaller ones are keyed the same way)."""
+
+
+def _meta() -> dict[str, tuple[str, str, str]]:
+    meta = {}
+    for n, key in LABELS.items():
+        meta[f"fleet_takeover_first_s_{key}"] = (
+            f"takeover of a partition of {n} conversations: start -> first probe served",
+            "s",
+            "",
+        )
+        meta[f"fleet_takeover_all_s_{key}"] = (
+            f"takeover of a partition of {n} conversations: start -> every probe served",
+            "s",
+            "<= 2 at 1k" if n == 1_000 else "",
+        )
+        meta[f"fleet_takeover_restore_ms_{key}"] = (
+            f"takeover of {n} conversations: the restore the runner reports",
+            "ms",
+            "",
+        )
+    meta["fleet_takeover_growth"] = (
+        "takeover growth: slope of log(every probe served) over log(conversations)",
+        "exponent",
+        "< 1 (sub-linear)",
+    )
+    return meta
+
+
+FIGURES = _meta()
+
+
+def curve(ctx: BenchContext, sizes: tuple[int, ...], probes: int) -> Figures:
+    """The takeover figures per size, and the growth exponent over the sizes."""
+    figures: Figures = {}
+    every: list[float] = []
+    for n in sizes:
+        first, last, restore_ms = _one(ctx, n, probes)
+        key = label(n)
+        figures[f"fleet_takeover_first_s_{key}"] = first
+        figures[f"fleet_takeover_all_s_{key}"] = last
+        if restore_ms is not None:
+            figures[f"fleet_takeover_restore_ms_{key}"] = restore_ms
+        every.append(last)
+    if len(sizes) > 1:
+        figures["fleet_takeover_growth"] = growth_exponent(list(sizes), every)
+    ctx.notes.append(
+        f"fleet takeover: one partition of {', '.join(f'{n:,}' for n in sizes)} conversations, each run "
+        f"once (snapshot at its stop); {probes} of them sent a message before a `convdb runner` with an "
+        "empty data dir (restore from the state topic) starts; times from its taking the partition (its "
+        "`assigned` line less the restore it reports) to the first and the last probe's step; growth "
+        "1 = linear"
+    )
+    return figures
+
+
+def _one(ctx: BenchContext, n: int, probes: int) -> tuple[float, float, float | None]:
+    settings = namespace(ctx, f"takeover{n}", 1, 0.0)
+    try:
+        cids = conversation_ids("held", n)
+        _fill(settings, cids)
+        asked = random.Random(n).sample(cids, min(probes, n))
+        send_all(settings, asked, "are you there")
+        child = settings.model_copy(update={"data_dir": settings.data_dir / "taker"})
+        runner = RunnerChild(
+            "taker", child, settings.data_dir / "taker.log", settings.data_dir / "ws"
+        ).start()
+        try:
+            wait_for(
+                lambda: _answered(settings, asked), 120 + n / 50, f"{len(asked)} probes served", [runner], 0.5
+            )
+        finally:
+            runner.stop()
+        return _times(runner, settings, asked)
+    finally:
+        drop_namespace(settings)
+
+
+def _fill(settings: Settings, cids: list[str]) -> None:
+    """N conversations in partition 0, each run once through its partition's transactional writer."""
+    ctx = build_context(
+        settings, settings.data_dir / "ws", None, None, store=settings.data_dir / "fill.sqlite"
+    )
+    owner = PartitionOwner(ctx, 0, None)
+    owner.restore()
+    for cid in cids:
+        conv = owner.create(cid, TENANT)
+        conv.send_message("hello")
+        conv.run()
+    owner.close()
+    ctx.store.close()
+
+
+def _answered(settings: Settings, asked: list[str]) -> bool:
+    times = read_steps(settings).times
+    return all(len(times.get(cid, [])) >= 2 for cid in asked)
+
+
+def _times(runner: RunnerChild, settings: Settings, asked: list[str]) -> tuple[float, float, float | None]:
+    assigned = [
+        line for line in runner.lines() if line["event"] == "assigned" and 0 in line.get("partitions", [])
+    ]
+    if not assigned:
+        raise BenchError(f"takeover: the runner never reported partition 0 assigned: {runner.log}")
+    reports = [
+        r for r in assigned[0].get("restored") or [] if isinstance(r, dict) and r.get("partition") == 0
+    ]
+    restore_ms = float(reports[0]["ms"]) if reports and "ms" in reports[0] else None
+    began = float(assigned[0]["at"]) - (restore_ms or 0.0) / 1000
+    times = read_steps(settings).times
+    served = [times[cid][-1] - began for cid in asked]
+    return min(served), max(served), restore_ms
