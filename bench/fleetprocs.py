@@ -1,10 +1,11 @@
 """The fleet bench's moving parts: `convdb runner` children, the inbox pacer, the steps log.
 
 Each runner is a real `python -m convdb runner` process with a data dir of its own (a machine of
-its own: its snapshot store is not shared) and a stable name, passed as `HOSTNAME` as a
-Kubernetes StatefulSet pod gets it. Its JSON status lines (`assigned`, `revoked`, `lost`, ...)
-are read from its log, which is where the bench learns which partitions moved. Steps come from
-the events topic: one `LLMUsageEvent` per agent step, stamped by the runner that wrote it.
+its own: its snapshot store is not shared) and a stable name, passed as
+`CONVDB_RUNTIME__INSTANCE_ID` as the k8s StatefulSet sets it from the pod name (static
+membership). Its JSON status lines (`assigned`, `revoked`, `lost`, ...) are read from its log,
+which is where the bench learns which partitions moved. Steps come from the events topic: one
+`LLMUsageEvent` per agent step, stamped by the runner that wrote it.
 """
 
 from __future__ import annotations
@@ -67,7 +68,7 @@ class RunnerChild:
     def start(self) -> RunnerChild:
         """Spawn the process (again, under the same name and data dir)."""
         argv = [sys.executable, "-m", "convdb", "runner", "--workspace", str(self.workspace)]
-        env = {**self.settings.to_env(), "HOSTNAME": self.name}
+        env = {**self.settings.to_env(), "CONVDB_RUNTIME__INSTANCE_ID": self.name}
         self.started_at = time.time()
         self.proc = spawn(argv, self.log, env)
         return self
