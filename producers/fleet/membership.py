@@ -11,11 +11,15 @@
 
 from __future__ import annotations
 
+import logging
 import math
 from typing import Any
 
+from convdb.infra.capabilities import capabilities
 from convdb.infra.kafka import apply_group_timeouts, consumer_config
 from convdb.infra.settings import Settings
+
+logger = logging.getLogger(__name__)
 
 POLL_INTERVAL_FLOOR_MS = 300_000
 """librdkafka's default `max.poll.interval.ms`: never less."""
@@ -41,9 +45,27 @@ def runner_config(settings: Settings) -> dict[str, Any]:
     """The runner's consumer settings: incremental rebalancing, its run-sized poll interval and,
     when it has a stable name, static membership."""
     overrides: dict[str, Any] = {"max.poll.interval.ms": poll_interval_ms(settings)}
-    if settings.runtime.instance_id:
+    if settings.runtime.instance_id and static_membership_works(settings):
         overrides["group.instance.id"] = settings.runtime.instance_id
     return consumer_config(settings, settings.group("runner"), incremental=True, **overrides)
+
+
+def static_membership_works(settings: Settings) -> bool:
+    """Whether a stable name may make this runner a static member on this broker.
+
+    Static membership is used where the group runs the KIP-848 consumer protocol, the case
+    `tests/fleet/test_rebalance.py` proves (a restart within the session moves nothing). On the
+    embedded broker a static member is assigned and revoked again every few seconds, for ever
+    (measured with `python -m bench --only fleet`), so there the name is ignored, with a warning:
+    its runners rejoin as new members, as without a name.
+    """
+    if capabilities(settings).consumer_group_protocol:
+        return True
+    logger.warning(
+        "CONVDB_RUNTIME__INSTANCE_ID ignored: this broker has no KIP-848 consumer protocol, and static "
+        "membership is only used with it (on the embedded broker a static member rebalances for ever)"
+    )
+    return False
 
 
 def prepare_group(settings: Settings) -> None:

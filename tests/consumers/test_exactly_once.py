@@ -164,8 +164,15 @@ def test_two_consume_all_processes_share_four_partitions_and_store_each_event_on
 
 
 def assigned(proc: ConsumerProcess) -> set[int]:
-    """Partitions of the events topic the child's last assignment log line names (empty before one)."""
-    lines = [line for line in proc.log_tail(400).splitlines() if " assigned [(" in line]
-    if not lines:
-        return set()
-    return {int(p) for p in re.findall(r"\('[^']*\.events', (\d+),", lines[-1])}
+    """Partitions of the events topic the child holds now, from its log (empty before any).
+
+    An `assigned` line names its whole assignment; under incremental rebalancing a `revoked` line
+    names only the partitions taken away, so the log is replayed in order."""
+    held: set[int] = set()
+    for line in proc.log_tail(400).splitlines():
+        named = {int(p) for p in re.findall(r"\('[^']*\.events', (\d+)[,)]", line)}
+        if " assigned [(" in line:
+            held = named
+        elif " revoked [(" in line:
+            held -= named
+    return held

@@ -25,6 +25,7 @@ def accepted(conf: dict[str, Any]) -> bool:
 def test_apache_runners_use_the_consumer_protocol_without_client_side_group_settings() -> None:
     conf = runner_config(settings_of(False))
     assert conf["group.protocol"] == "consumer" and is_incremental(conf)
+    assert conf["group.remote.assignor"] == "range"  # each topic split, co-partitioned topics together
     assert not {"session.timeout.ms", "heartbeat.interval.ms", "partition.assignment.strategy"} & set(conf)
     assert accepted(conf)
 
@@ -47,6 +48,13 @@ def test_a_runner_with_a_stable_name_is_a_static_member() -> None:
     assert "group.instance.id" not in runner_config(settings_of(False))
     conf = runner_config(settings_of(False, runtime={"instance_id": "convdb-runner-0"}))
     assert conf["group.instance.id"] == "convdb-runner-0" and accepted(conf)
+
+
+def test_the_embedded_broker_ignores_a_stable_name(caplog: Any) -> None:
+    """A static member there is assigned and revoked again every few seconds (bench fleet found it)."""
+    conf = runner_config(settings_of(True, runtime={"instance_id": "convdb-runner-0"}))
+    assert "group.instance.id" not in conf
+    assert "CONVDB_RUNTIME__INSTANCE_ID ignored" in caplog.text
 
 
 def test_the_poll_interval_covers_the_longest_run_the_settings_allow() -> None:
