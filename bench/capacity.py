@@ -20,7 +20,7 @@ from pathlib import Path
 import httpx
 
 from bench.capmodel import MEASURED, Assumptions, Prediction, plan, predict
-from bench.common import BenchContext, BenchError, Figures, drop_namespace
+from bench.common import BenchContext, BenchError, Figures, consumer_events_applied, drop_namespace
 from bench.fleetprocs import (
     Pacer,
     RunnerChild,
@@ -160,12 +160,12 @@ def _measure(
     live: list[str], pacer: Pacer,
 ) -> Figures:  # fmt: skip
     cpu0 = sum(_cpu_s(r.proc.pid) for r in runners)
-    applied0 = sum(_applied(port) for _, port in consumers)
+    applied0 = sum(consumer_events_applied(port) for _, port in consumers)
     t0 = time.time()
     time.sleep(window_s)
     t1 = time.time()
     cpu1 = sum(_cpu_s(r.proc.pid) for r in runners)
-    applied1 = sum(_applied(port) for _, port in consumers)
+    applied1 = sum(consumer_events_applied(port) for _, port in consumers)
     pacer.stop()  # runners go idle: a committed read reaches the end (`read_events`)
     time.sleep(2)
     steps = read_steps(settings)
@@ -208,18 +208,6 @@ def _consumer(settings: Settings, i: int) -> tuple[object, int]:
     port = free_port()
     argv = [sys.executable, "-m", "convdb", "consume", "all", "--metrics-port", str(port)]
     return spawn(argv, settings.data_dir / f"consume-{i}.log", settings.to_env()), port
-
-
-def _applied(port: int) -> float:
-    try:
-        text = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=2.0).text
-    except httpx.HTTPError:
-        return 0.0
-    return sum(
-        float(line.rsplit(" ", 1)[1])
-        for line in text.splitlines()
-        if line.startswith("convdb_consumer_events_total{")
-    )
 
 
 def archive_rate(ctx: BenchContext, count: int) -> float:

@@ -10,6 +10,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+import httpx
+
 from convdb.infra.kafka import apply_topics, make_admin
 from convdb.infra.settings import Settings
 from convdb.schemas import ActionEvent, EventEnvelope, MessageEvent, ObservationEvent
@@ -153,3 +155,16 @@ def many_conversations(count: int, conversations: int = 100) -> list[EventEnvelo
     for i in range(count):
         out.append(observation(f"conv-{i % conversations:04d}", i // conversations + 1))
     return out
+
+
+def consumer_events_applied(port: int) -> float:
+    """Events a `convdb consume` child has applied, from its metrics endpoint (0 until it answers)."""
+    try:
+        text = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=2.0).text
+    except httpx.HTTPError:
+        return 0.0
+    return sum(
+        float(line.rsplit(" ", 1)[1])
+        for line in text.splitlines()
+        if line.startswith("convdb_consumer_events_total{")
+    )

@@ -16,9 +16,14 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import httpx
-
-from bench.common import BenchContext, BenchError, Figures, conversation, drop_namespace
+from bench.common import (
+    BenchContext,
+    BenchError,
+    Figures,
+    consumer_events_applied,
+    conversation,
+    drop_namespace,
+)
 from bench.sinkrun import fill_topic
 from convdb.infra.procs import free_port, spawn, stop_group, tail
 from convdb.schemas import EventEnvelope
@@ -91,7 +96,7 @@ def sample(
             raise BenchError(f"`convdb consume all` exited with {child.returncode}:\n{tail(log)}")
         if time.monotonic() > deadline:
             raise BenchError(f"memory: {count} events not consumed in {timeout}s:\n{tail(log)}")
-        done = _applied(port)
+        done = consumer_events_applied(port)
         for mark in MARKS:
             if mark not in rss and done >= mark * count:
                 rss[mark] = _rss_mb(child.pid)
@@ -108,15 +113,3 @@ def _rss_mb(pid: int) -> tuple[float, float]:
     if len(fields) != 2:
         raise BenchError(f"no VmRSS/RssAnon for process {pid}")
     return fields["VmRSS"], fields["RssAnon"]
-
-
-def _applied(port: int) -> float:
-    try:
-        text = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=2.0).text
-    except httpx.HTTPError:
-        return 0.0
-    return sum(
-        float(line.rsplit(" ", 1)[1])
-        for line in text.splitlines()
-        if line.startswith("convdb_consumer_events_total{")
-    )

@@ -18,9 +18,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-import httpx
-
-from bench.common import BenchContext, BenchError, Figures, drop_namespace, median
+from bench.common import BenchContext, BenchError, Figures, consumer_events_applied, drop_namespace, median
 from bench.sink import PG_DEFAULT, _pg_reachable, interleaved, pg_schema
 from bench.sinkrun import fill_topic
 from convdb.infra.procs import free_port, spawn, stop_group, tail
@@ -75,7 +73,11 @@ def _one(ctx: BenchContext, events: list[Any], processes: int, url_of: Any) -> f
         _wait(lambda: all(len(_assigned(log)) == 4 // processes for _, log, _ in children), children, 60)
         started = time.perf_counter()
         fill_topic(settings, events)
-        _wait(lambda: sum(_applied(port) for _, _, port in children) >= len(events), children, 600)
+        _wait(
+            lambda: sum(consumer_events_applied(port) for _, _, port in children) >= len(events),
+            children,
+            600,
+        )
         return len(events) / (time.perf_counter() - started)
     finally:
         for proc, _, _ in children:
@@ -104,15 +106,3 @@ def _assigned(log: Path) -> set[int]:
     """Events-topic partitions of the child's last assignment (its log says)."""
     lines = [line for line in tail(log, 400).splitlines() if " assigned [(" in line]
     return {int(p) for p in re.findall(r"\('[^']*\.events', (\d+),", lines[-1])} if lines else set()
-
-
-def _applied(port: int) -> float:
-    try:
-        text = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=2.0).text
-    except httpx.HTTPError:
-        return 0.0
-    return sum(
-        float(line.rsplit(" ", 1)[1])
-        for line in text.splitlines()
-        if line.startswith("convdb_consumer_events_total{")
-    )

@@ -5,7 +5,7 @@ from __future__ import annotations
 import threading
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, get_args
 
 from fastapi import HTTPException, Request
 from fastapi.concurrency import run_in_threadpool
@@ -13,22 +13,14 @@ from fastapi.responses import HTMLResponse, Response
 from sqlalchemy.engine import Connection
 
 from convdb.consumers.api.auth import SlidingWindow
+from convdb.consumers.api.conversations import ExecutionStatus
 from convdb.consumers.api.deps import context
 from convdb.consumers.console.render import redirect, render
 from convdb.consumers.console.session import ConsoleUser, Sessions
 from convdb.consumers.effects import counts_by_status
 
-STATUSES = (
-    "idle",
-    "running",
-    "paused",
-    "waiting_for_confirmation",
-    "waiting_for_human",
-    "waiting_for_children",
-    "finished",
-    "error",
-    "stuck",
-)
+STATUSES: tuple[str, ...] = get_args(ExecutionStatus)
+"""The statuses the conversation list is filtered by: the API's."""
 
 
 @dataclass
