@@ -17,10 +17,15 @@ import sys
 import time
 from pathlib import Path
 
-import httpx
-
 from bench.capmodel import MEASURED, Assumptions, Prediction, plan, predict
-from bench.common import BenchContext, BenchError, Figures, consumer_events_applied, drop_namespace
+from bench.common import (
+    BenchContext,
+    BenchError,
+    Figures,
+    consumer_events_applied,
+    drop_namespace,
+    metric_sum,
+)
 from bench.fleetprocs import (
     Pacer,
     RunnerChild,
@@ -258,12 +263,4 @@ def archive_rate(ctx: BenchContext, count: int) -> float:
 
 def _archived(port: int) -> float:
     """Records the archive counts as stored for the events topic so far."""
-    try:
-        text = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=2.0).text
-    except httpx.HTTPError:
-        return 0.0
-    return sum(
-        float(line.rsplit(" ", 1)[1])
-        for line in text.splitlines()
-        if line.startswith("convdb_archive_records_total{") and ".events" in line
-    )
+    return metric_sum(port, "convdb_archive_records_total", ".events")

@@ -157,8 +157,9 @@ def many_conversations(count: int, conversations: int = 100) -> list[EventEnvelo
     return out
 
 
-def consumer_events_applied(port: int) -> float:
-    """Events a `convdb consume` child has applied, from its metrics endpoint (0 until it answers)."""
+def metric_sum(port: int, name: str, label_part: str = "") -> float:
+    """The sum of a counter's series on a child's metrics endpoint (0 until it answers), over the
+    series whose labels contain `label_part`."""
     try:
         text = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=2.0).text
     except httpx.HTTPError:
@@ -166,5 +167,10 @@ def consumer_events_applied(port: int) -> float:
     return sum(
         float(line.rsplit(" ", 1)[1])
         for line in text.splitlines()
-        if line.startswith("convdb_consumer_events_total{")
+        if line.startswith(name + "{") and label_part in line
     )
+
+
+def consumer_events_applied(port: int) -> float:
+    """Events a `convdb consume` child has applied, from its metrics endpoint (0 until it answers)."""
+    return metric_sum(port, "convdb_consumer_events_total")
