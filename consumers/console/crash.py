@@ -15,6 +15,9 @@ from typing import Any
 TERMINAL = ("effect_confirmed", "effect_failed", "effect_resolved", "effect_unknown")
 """Ledger kinds that end (or hand over) an attempt."""
 
+CHILD_TARGET = "conversation:"
+"""The target of a delegated child's operation, which the child's report settles as a receipt."""
+
 _BY = {
     "runner": "by the call (the tool answered the runner)",
     "lookup": "by lookup (the provider was asked whether it happened)",
@@ -86,6 +89,8 @@ def takeovers(operations: list[dict[str, Any]]) -> list[dict[str, Any]]:
     someone else (`at`: when that happened; `started`: when the stopped runner began the call)."""
     markers = []
     for op in operations:
+        if (op.get("target") or "").startswith(CHILD_TARGET):
+            continue  # a child's report is its receipt by design: the normal path, not a takeover
         open_start: dict[str, Any] | None = None
         for record in op.get("ledger") or []:
             if record["kind"] == "effect_started":

@@ -76,3 +76,14 @@ def test_a_human_decision_names_who_and_an_unknown_waits_for_one() -> None:
         headline(decided) == "Confirmed · decided by a human, Ada (tenant demo): retry — “ops never got it”"
     )
     assert len(takeovers([decided])) == 1  # the stopped first attempt; the retry ran normally
+
+
+def test_a_childs_report_settles_its_operation_without_a_takeover_marker() -> None:
+    child = op(
+        "confirmed",
+        rec("effect_proposed", "runner", 1),
+        rec("effect_started", "runner", 1),
+        rec("effect_confirmed", "receipt", 40),
+    )
+    assert len(takeovers([child])) == 1  # an ordinary tool settled by a late receipt: a takeover
+    assert takeovers([{**child, "target": "conversation:c-child-0"}]) == []
