@@ -89,6 +89,21 @@ def _enums_defined(avro: Any) -> set[str]:
     return set()
 
 
+def grown_enums(avro: Any, annotation: Any) -> Any:
+    """A shipped field's wire type with the symbols its model's `Literal` has gained appended to
+    each enum it defines (a reader resolves an appended symbol by name; one it lacks is an
+    `UnreadableVersionError`). Everything else stays as shipped."""
+    if isinstance(avro, dict) and avro.get("type") == "enum":
+        new = [s for s in typing.get_args(annotation) if s not in avro["symbols"]]
+        return {**avro, "symbols": [*avro["symbols"], *new]} if new else avro
+    args = [a for a in typing.get_args(annotation) if a is not type(None)]
+    if isinstance(avro, list) and len(args) == 1:
+        return [a if a == "null" else grown_enums(a, args[0]) for a in avro]
+    if isinstance(avro, dict) and avro.get("type") == "array" and args:
+        return {**avro, "items": grown_enums(avro["items"], args[0])}
+    return avro
+
+
 def schema_of(model: type[AvroModel], shipped: dict[str, Any] | None = None) -> dict[str, Any]:
     """The Avro record schema a model mirrors, field by field in the model's order.
 
@@ -105,7 +120,7 @@ def schema_of(model: type[AvroModel], shipped: dict[str, Any] | None = None) -> 
             fields.append({"name": name, "type": "string", "default": info.default, "doc": info.description})
             continue
         if name in kept:
-            avro = kept[name]
+            avro = grown_enums(kept[name], info.annotation)
             defined |= _enums_defined(avro)
         else:
             avro = avro_type(info.annotation, defined, where)

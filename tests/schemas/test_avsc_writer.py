@@ -10,7 +10,7 @@ from pydantic import Field
 
 from convdb.infra.cli.main import main
 from convdb.infra.dev.avsc import SchemaWriteError, schema_of, write_next
-from convdb.schemas import TitleEvent
+from convdb.schemas import InboxMessage, TitleEvent
 from convdb.schemas.catalog import MODELS, shipped_catalog
 
 CATALOG = shipped_catalog()
@@ -47,6 +47,17 @@ def test_a_field_appended_to_a_model_gives_the_next_version() -> None:
         "doc": "How good the title is.",
         "default": None,
     }
+
+
+def test_an_enum_grown_in_the_model_is_written_with_its_new_symbol() -> None:
+    """InboxMessage v4 added `child_cost_usd` and the `cancel` command: written from v3, the command
+    enum keeps v3's symbols in order and appends `cancel` (it once kept v3's enum as shipped)."""
+    v3 = next(v for v in CATALOG.versions if v.name == "InboxMessage" and v.version == 3)
+    command = next(f for f in schema_of(InboxMessage, v3.schema)["fields"] if f["name"] == "command")
+    shipped = next(f for f in v3.schema["fields"] if f["name"] == "command")["type"]
+    assert "cancel" not in shipped["symbols"]
+    assert command["type"]["symbols"] == [*shipped["symbols"], "cancel"]
+    assert schema_of(InboxMessage, v3.schema) == CATALOG.latest["InboxMessage"].schema
 
 
 def test_an_unknown_record_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
