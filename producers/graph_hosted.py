@@ -204,13 +204,13 @@ class HostedSaver(ConvdbSaver):
             return []
         messages = self._messages_at(after, record)
         held = head[1] if head is not None and head[0] == parent else self._ids_at(after, cid, parent)
-        self._heads[cid] = (record.checkpoint_id, frozenset(event_ids(cid, messages)))
         view = conv.state.view
         placement = place(
             cid, messages, fork=fork, known=known,
             held=held | prefix, active_leaf=conv.leaf, root=view.path[0].id if len(view.path) else None,
             actions=actions,
         )  # fmt: skip
+        self._heads[cid] = (record.checkpoint_id, placement.ids)
         out: list[Event] = []
         if placement.leaf is not None:
             out.append(conv.leaf_switch(placement.leaf))

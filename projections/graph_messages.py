@@ -166,6 +166,8 @@ class Placement:
     """Move the active leaf here first (a fork that starts a branch); None: append at the leaf."""
     events: list[Projected]
     """The new events, in order, each placed after the one before."""
+    ids: frozenset[str] = frozenset()
+    """The ids of every event the checkpoint's messages project to (new or not)."""
 
 
 def place(
@@ -190,11 +192,12 @@ def place(
     """
     every = project_messages(conversation_id, messages, (), dict(actions or {}))
     new = [p for p in every if p.id not in known and p.id not in held]
+    ids = frozenset(p.id for p in every)
     if not fork:
-        return Placement(None, new)
+        return Placement(None, new, ids)
     had = [(known[p.id].seq, p.id) for p in every if p.id in known]
     anchor = max(had)[1] if had else root
-    return Placement(anchor if anchor != active_leaf else None, new)
+    return Placement(anchor if anchor != active_leaf else None, new, ids)
 
 
 def event_ids(conversation_id: str, messages: Iterable[Any]) -> set[str]:

@@ -25,6 +25,7 @@ from convdb.consumers.console.branches import branch_tree
 from convdb.consumers.store import open_engine
 from convdb.infra.dlq import ERROR_MESSAGE
 from convdb.infra.kafka import apply_topics
+from convdb.infra.partitioner import partition_for
 from convdb.infra.reader import read_topic
 from convdb.infra.settings import Settings
 from convdb.producers.fleet.runner import FleetRunner
@@ -135,6 +136,18 @@ def test_a_branch_at_an_old_answer_forks_the_graph_and_is_the_active_branch(
     assert [e.kind for e in log].count("active_leaf_changed") == 1
 
 
+def elsewhere(settings: Settings, cid: str) -> str:
+    """A new conversation id on another partition than `cid`'s (its runner reads the source's
+    graph records from that partition, never writing there)."""
+    for _ in range(1000):
+        new = f"fork-{uuid.uuid4().hex[:8]}"
+        if settings.partitions == 1 or partition_for(new, settings.partitions) != partition_for(
+            cid, settings.partitions
+        ):
+            return new
+    raise AssertionError("no id found on another partition")
+
+
 def refusals(settings: Settings, cid: str) -> list[str]:
     """The reasons of the dead letters of the conversation's inbox records."""
     found = []
@@ -155,7 +168,7 @@ def test_a_fork_copies_the_thread_into_a_new_conversation_that_runs_and_a_pause_
         post(client, f"/conversations/{cid}/messages", {"content": "two"})
         saying(client, cid, ["one", "echo one (turn 1)", "two", "echo two (turn 2)"])
 
-        new = f"fork-{uuid.uuid4().hex[:8]}"
+        new = elsewhere(settings, cid)
         at = seq_of(client, cid, "echo one (turn 1)")
         post(client, f"/conversations/{cid}/fork", {"at_seq": at, "new_conversation_id": new})
         answered(client, f"/conversations/{new}", lambda b: b["execution_status"] in ("finished", "idle"))

@@ -176,7 +176,7 @@ def test_a_fork_of_an_old_checkpoint_switches_back_and_a_turn_after_it_is_a_new_
     thread = run([("turn", False), ("turn", True)])
     one = thread.checkpoints[0]
     thread.put(None, (), copy_of=one)
-    assert thread.placements[-1] == Placement("a0", [])  # the leaf goes back to the first answer
+    assert thread.placements[-1] == Placement("a0", [], frozenset({"u0", "a0"}))  # back to the first answer
     thread.put(thread.checkpoints[-1], turn(7, False))
     assert thread.placements[-1].leaf is None  # extending the latest never switches
     assert branch_ids(view.active_branch(thread.view)) == ["u0", "a0", "u7", "a7"]
@@ -196,4 +196,4 @@ def test_a_fork_before_any_message_starts_at_the_root_and_a_copy_of_the_latest_d
         active_leaf="a0",
         root="prompt",
     )
-    assert again == Placement(None, [])
+    assert again == Placement(None, [], frozenset({"u0", "a0"}))
