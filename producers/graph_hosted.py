@@ -16,10 +16,9 @@ graph's current lineage, the old lineage stays readable as the other branch.
 from __future__ import annotations
 
 import contextlib
-from collections import ChainMap
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
 from convdb.infra.errors import InfraError
 from convdb.producers.conversation import Conversation, SnapshotBook
@@ -29,12 +28,9 @@ from convdb.producers.publisher import TransactionalPublisher
 from convdb.projections import graph
 from convdb.projections.graph_messages import event_ids, place
 from convdb.projections.operation import OperationState
-from convdb.schemas import ActionEvent, AvroModel, LedgerRecord
+from convdb.schemas import ActionEvent, AvroModel, Event, LedgerRecord
 from convdb.schemas.graph import GraphCheckpoint, GraphRecord
 from convdb.schemas.topics import GRAPH
-
-if TYPE_CHECKING:
-    from convdb.schemas import Event
 
 MESSAGES = "messages"
 """The channel projected into convdb events, and where a user message goes in."""
@@ -56,6 +52,27 @@ class _Batch:
     """Records of one thread held for one transaction (`HostedSaver.batch`)."""
 
     records: list[GraphRecord] = field(default_factory=list)
+
+
+class _Known(Mapping[str, Event]):
+    """The log's events by id: the view's, and those built in the commit under way."""
+
+    def __init__(self, added: dict[str, Event], folded: Mapping[str, Event]) -> None:
+        self.added, self.folded = added, folded
+
+    def __getitem__(self, key: str) -> Event:
+        found = self.added.get(key)
+        return found if found is not None else self.folded[key]
+
+    def __contains__(self, key: object) -> bool:
+        return key in self.added or key in self.folded
+
+    def __iter__(self) -> Iterator[str]:
+        yield from self.added
+        yield from (k for k in self.folded if k not in self.added)
+
+    def __len__(self) -> int:
+        return len(self.added) + sum(1 for k in self.folded if k not in self.added)
 
 
 class HostedSaver(ConvdbSaver):
@@ -169,7 +186,7 @@ class HostedSaver(ConvdbSaver):
         out: list[AvroModel] = []
         view = conv.state.view
         added: dict[str, Event] = {}
-        known = ChainMap(added, view.events)
+        known = _Known(added, view.events)
         actions = {e.tool_call_id: e.id for e in view.events.values() if isinstance(e, ActionEvent)}
         prefix = {e.id for e in conv.loop.prefix}
         state = before
@@ -188,7 +205,7 @@ class HostedSaver(ConvdbSaver):
         before: graph.ThreadGraph,
         after: graph.ThreadGraph,
         record: GraphCheckpoint,
-        known: ChainMap[str, Event],
+        known: Mapping[str, Event],
         actions: dict[str, str],
         prefix: set[str],
     ) -> list[Event]:
