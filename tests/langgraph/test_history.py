@@ -57,8 +57,9 @@ def api_settings(make_settings: Callable[..., Settings], tmp_path: Path) -> Sett
 @contextlib.contextmanager
 def hosting(settings: Settings, work: Path) -> Iterator[FleetRunner]:
     """A fleet runner hosting the chat graph, serving in a thread until the block ends."""
-    (work / "ws").mkdir()
-    ctx = build_context(settings, work / "ws", None, None, store=work / "runner.sqlite", graph=GRAPH_REF)
+    (work / "ws").mkdir(exist_ok=True)
+    store = work / f"runner-{uuid.uuid4().hex[:6]}.sqlite"  # a new runner: it restores from the log
+    ctx = build_context(settings, work / "ws", None, None, store=store, graph=GRAPH_REF)
     runner = FleetRunner(ctx)
     stop = threading.Event()
     thread = threading.Thread(target=runner.serve, args=(lambda _: stop.is_set(),), daemon=True)
@@ -106,24 +107,27 @@ def no_duplicates(settings: Settings, cid: str) -> list[Any]:
 def test_a_branch_at_an_old_answer_forks_the_graph_and_is_the_active_branch(
     api_settings: Settings, tmp_path: Path
 ) -> None:
+    """Each step with a runner of its own (each restores the thread from the log): two turns; a
+    branch at the first answer and a turn on it; a branch at the system prompt, refused; a turn."""
     settings = api_settings
-    with read_side(settings) as client, hosting(settings, tmp_path):
-        cid = post(client, "/conversations", {"content": "one"})["conversation_id"]
-        saying(client, cid, ["one", "echo one (turn 1)"])
-        post(client, f"/conversations/{cid}/messages", {"content": "two"})
-        saying(client, cid, ["one", "echo one (turn 1)", "two", "echo two (turn 2)"])
+    with read_side(settings) as client:
+        with hosting(settings, tmp_path):
+            cid = post(client, "/conversations", {"content": "one"})["conversation_id"]
+            saying(client, cid, ["one", "echo one (turn 1)"])
+            post(client, f"/conversations/{cid}/messages", {"content": "two"})
+            saying(client, cid, ["one", "echo one (turn 1)", "two", "echo two (turn 2)"])
 
-        post(client, f"/conversations/{cid}/branch", {"at_seq": seq_of(client, cid, "echo one (turn 1)")})
-        saying(client, cid, ["one", "echo one (turn 1)"])
-        post(client, f"/conversations/{cid}/messages", {"content": "three"})
-        # The graph went on from the checkpoint of the first answer: its turn count is that lineage's.
-        saying(client, cid, ["one", "echo one (turn 1)", "three", "echo three (turn 2)"])
-        summary = answered(client, f"/conversations/{cid}", lambda b: b["execution_status"] == "finished")
-        assert summary["title"] == "one"
-
-        post(client, f"/conversations/{cid}/branch", {"at_seq": 1})  # the system prompt: no checkpoint
-        wait_until(lambda: refusals(settings, cid), 60, "the branch at the system prompt is dead-lettered")
-        assert "no message of its graph is at or before it" in refusals(settings, cid)[0]
+        with hosting(settings, tmp_path):
+            post(client, f"/conversations/{cid}/branch", {"at_seq": seq_of(client, cid, "echo one (turn 1)")})
+            saying(client, cid, ["one", "echo one (turn 1)"])
+            post(client, f"/conversations/{cid}/messages", {"content": "three"})
+            # The graph went on from the first answer's checkpoint: its turn count is that lineage's.
+            saying(client, cid, ["one", "echo one (turn 1)", "three", "echo three (turn 2)"])
+            summary = answered(client, f"/conversations/{cid}", lambda b: b["execution_status"] == "finished")
+            assert summary["title"] == "one"
+            post(client, f"/conversations/{cid}/branch", {"at_seq": 1})  # the system prompt: no checkpoint
+            wait_until(lambda: refusals(settings, cid), 60, "the branch at the prompt is dead-lettered")
+            assert "no message of its graph is at or before it" in refusals(settings, cid)[0]
 
         with open_engine(settings.store_url, writer=False).connect() as conn:
             branches, _, _ = branch_tree(conn, "t1", cid, None)
@@ -131,8 +135,13 @@ def test_a_branch_at_an_old_answer_forks_the_graph_and_is_the_active_branch(
         assert len(branches) == 2 and branches[0].active, labels
         assert any("echo two (turn 2)" in label for label in labels)  # the old lineage is still a branch
         assert "echo three (turn 2)" in branches[0].label
+
+        with hosting(settings, tmp_path):
+            post(client, f"/conversations/{cid}/messages", {"content": "four"})
+            after = ["one", "echo one (turn 1)", "three", "echo three (turn 2)", "four", "echo four (turn 3)"]
+            saying(client, cid, after)
     log = no_duplicates(settings, cid)
-    assert len([e for e in log if isinstance(e, LLMUsageEvent)]) == 3
+    assert len([e for e in log if isinstance(e, LLMUsageEvent)]) == 4
     assert [e.kind for e in log].count("active_leaf_changed") == 1
 
 
