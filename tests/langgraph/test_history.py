@@ -96,10 +96,10 @@ def post(client: TestClient, path: str, body: dict[str, Any]) -> dict[str, Any]:
 
 
 def no_duplicates(settings: Settings, cid: str) -> list[Any]:
-    """The conversation's events, checked: every id and seq once, every message text once."""
+    """The conversation's events, checked: every id and seq once, every user message once."""
     log = events(settings, cid)
     assert len({e.id for e in log}) == len(log) and [e.seq for e in log] == list(range(1, len(log) + 1))
-    texts = [e.content for e in log if isinstance(e, MessageEvent)]
+    texts = [e.content for e in log if isinstance(e, MessageEvent) and e.role == "user"]
     assert len(texts) == len(set(texts)), texts
     return log
 
@@ -140,9 +140,17 @@ def test_a_branch_at_an_old_answer_forks_the_graph_and_is_the_active_branch(
             post(client, f"/conversations/{cid}/messages", {"content": "four"})
             after = ["one", "echo one (turn 1)", "three", "echo three (turn 2)", "four", "echo four (turn 3)"]
             saying(client, cid, after)
+            # A branch at a user message: the graph takes it in again and answers it anew.
+            post(client, f"/conversations/{cid}/branch", {"at_seq": seq_of(client, cid, "three")})
+            wait_until(lambda: answers(settings, cid).count("echo three (turn 2)") == 2, 60, "answered anew")
+            saying(client, cid, after[:4])
     log = no_duplicates(settings, cid)
-    assert len([e for e in log if isinstance(e, LLMUsageEvent)]) == 4
-    assert [e.kind for e in log].count("active_leaf_changed") == 1
+    assert len([e for e in log if isinstance(e, LLMUsageEvent)]) == 5
+    assert [e.kind for e in log].count("active_leaf_changed") == 2
+
+
+def answers(settings: Settings, cid: str) -> list[str]:
+    return [e.content for e in events(settings, cid) if isinstance(e, MessageEvent) and e.role == "assistant"]
 
 
 def elsewhere(settings: Settings, cid: str) -> str:
