@@ -144,7 +144,11 @@ class HostedSaver(ConvdbSaver):
                 continue
             conv = self._conversation(thread_id)
             before = self._threads.get(thread_id, graph.EMPTY)
-            conv.commit(lambda c=conv, g=group, b=before: [*g, *self._events(c, g, b)])  # type: ignore[misc]
+            try:
+                conv.commit(lambda c=conv, g=group, b=before: [*g, *self._events(c, g, b)])  # type: ignore[misc]
+            except BaseException:
+                self._heads.pop(thread_id, None)  # it may name a checkpoint that was not written
+                raise
             self._fold(thread_id, group)
 
     def _fold(self, thread_id: str, group: Sequence[GraphRecord]) -> None:
@@ -173,6 +177,7 @@ class HostedSaver(ConvdbSaver):
                 )
             except BaseException:
                 self._threads[thread_id] = before  # nothing was written
+                self._heads.pop(thread_id, None)
                 raise
             finally:
                 del self._batches[thread_id]
@@ -221,11 +226,10 @@ class HostedSaver(ConvdbSaver):
             return []
         messages = self._messages_at(after, record)
         held = head[1] if head is not None and head[0] == parent else self._ids_at(after, cid, parent)
-        view = conv.state.view
+        path = conv.state.view.path
         placement = place(
-            cid, messages, fork=fork, known=known,
-            held=held | prefix, active_leaf=conv.leaf, root=view.path[0].id if len(view.path) else None,
-            actions=actions,
+            cid, messages, fork=fork, known=known, held=held | prefix if prefix else held,
+            active_leaf=conv.leaf, root=path[0].id if len(path) else None, actions=actions,
         )  # fmt: skip
         self._heads[cid] = (record.checkpoint_id, placement.ids)
         out: list[Event] = []
