@@ -55,11 +55,11 @@ def api_settings(make_settings: Callable[..., Settings], tmp_path: Path) -> Sett
 
 
 @contextlib.contextmanager
-def hosting(settings: Settings, work: Path) -> Iterator[FleetRunner]:
-    """A fleet runner hosting the chat graph, serving in a thread until the block ends."""
+def hosting(settings: Settings, work: Path, graph: str = GRAPH_REF) -> Iterator[FleetRunner]:
+    """A fleet runner hosting `graph`, serving in a thread until the block ends."""
     (work / "ws").mkdir(exist_ok=True)
     store = work / f"runner-{uuid.uuid4().hex[:6]}.sqlite"  # a new runner: it restores from the log
-    ctx = build_context(settings, work / "ws", None, None, store=store, graph=GRAPH_REF)
+    ctx = build_context(settings, work / "ws", None, None, store=store, graph=graph)
     runner = FleetRunner(ctx)
     stop = threading.Event()
     thread = threading.Thread(target=runner.serve, args=(lambda _: stop.is_set(),), daemon=True)
@@ -213,3 +213,21 @@ def test_a_fork_copies_the_thread_into_a_new_conversation_that_runs_and_a_pause_
     five = next(e for e in log if isinstance(e, MessageEvent) and e.content == "echo five (turn 3)")
     assert paused < resumed < five.seq  # the message sent while paused was answered after the resume
     no_duplicates(settings, cid)
+
+
+@pytest.mark.slow_on("apache")
+def test_a_branch_while_the_graph_waits_in_an_interrupt_is_refused(
+    api_settings: Settings, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The crash demo's graph stops in its approval `interrupt()`; a branch then would leave that
+    operation open in the human queue for ever: it is dead-lettered with the reason."""
+    settings = api_settings
+    monkeypatch.setenv("CRASH_WORK", str(tmp_path))
+    monkeypatch.setenv("HOSTED_APPROVAL", "1")
+    with read_side(settings) as client, hosting(settings, tmp_path, "tests.langgraph.hosted_graph:make"):
+        cid = post(client, "/conversations", {"content": "two tickets, please"})["conversation_id"]
+        answered(client, f"/conversations/{cid}", lambda b: b["execution_status"] == "waiting_for_human")
+        post(client, f"/conversations/{cid}/branch", {"at_seq": seq_of(client, cid, "two tickets, please")})
+        wait_until(lambda: refusals(settings, cid), 60, "the branch is dead-lettered")
+    assert "waits in interrupt() for an answer" in refusals(settings, cid)[0]
+    assert [e.kind for e in events(settings, cid)].count("active_leaf_changed") == 0
