@@ -265,17 +265,30 @@ class HostedSaver(ConvdbSaver):
     def fork_point(self, state: graph.ThreadGraph, event_id: str) -> str | None:
         """The root checkpoint a branch or fork at event `event_id` continues from: the first that
         held the message the event was projected from (the latest instead when it holds the same
-        messages: nothing after it is run again); None when no checkpoint held it."""
-        for record in reversed(graph.history(state, "")):
-            if MESSAGES not in record.blob_channels:
-                continue  # it holds the messages of an earlier one
-            if event_id not in event_ids(record.conversation_id, self._messages_at(state, record)):
-                continue
-            head = graph.latest(state, "")
-            if head is not None and self.messages_version(head) == self.messages_version(record):
-                return head.checkpoint_id
-            return record.checkpoint_id
-        return None
+        messages: nothing after it is run again); None when no checkpoint held it.
+
+        The newest checkpoint that holds it is found first, then its ancestors while they hold it:
+        an event of the current lineage costs a load per message version after it, not the history.
+        """
+        ids: dict[str | None, set[str]] = {}
+
+        def holds(record: GraphCheckpoint) -> bool:
+            version = self.messages_version(record)
+            if version not in ids:
+                ids[version] = event_ids(record.conversation_id, self._messages_at(state, record))
+            return event_id in ids[version]
+
+        found = next((r for r in graph.history(state, "") if holds(r)), None)
+        if found is None:
+            return None
+        for ancestor in graph.ancestors(state, "", found.checkpoint_id):
+            if not holds(ancestor):
+                break
+            found = ancestor
+        head = graph.latest(state, "")
+        if head is not None and self.messages_version(head) == self.messages_version(found):
+            return head.checkpoint_id
+        return found.checkpoint_id
 
     def copy_from(self, source: graph.ThreadGraph, target_thread_id: str) -> None:
         """`copy_thread` from a thread's fold (another partition's, read by `thread`)."""
