@@ -371,23 +371,38 @@ class Conversation:
         Its agent reads the source's path up to that event first (the `prefix` it was built
         with); the workspace is shared unless `snapshot_ref` names a workspace snapshot.
         """
-        self.commit(
-            lambda: [
-                self.new(
-                    ForkEvent, source="user", parent_id=source_event_id,
-                    source_conversation_id=source_conversation_id, source_event_id=source_event_id,
-                    workspace_shared=snapshot_ref is None, snapshot_ref=snapshot_ref,
-                )
-            ]
+        source = source_conversation_id
+        self.commit(lambda: [self.fork_event(source, source_event_id, snapshot_ref=snapshot_ref)])
+
+    def fork_event(
+        self, source_conversation_id: str, source_event_id: str, *, snapshot_ref: str | None = None
+    ) -> ForkEvent:
+        """The ForkEvent `begin_fork` writes (call inside `commit`)."""
+        return self.new(
+            ForkEvent, source="user", parent_id=source_event_id,
+            source_conversation_id=source_conversation_id, source_event_id=source_event_id,
+            workspace_shared=snapshot_ref is None, snapshot_ref=snapshot_ref,
         )  # fmt: skip
+
+    def leaf_switch(self, leaf_id: str) -> ActiveLeafChangedEvent:
+        """The branch switch `switch_leaf` writes, for a larger write (call inside `commit`): the
+        next event built is placed after `leaf_id`."""
+        with self._lock:
+            # A branch switch is no node of the tree: the next event is placed after its target.
+            event = self.new(ActiveLeafChangedEvent, source="user", leaf_event_id=leaf_id)
+            self._leaf = leaf_id
+            return event
+
+    @property
+    def leaf(self) -> str | None:
+        """The event the next event built is placed after (the active leaf, ahead of it in `commit`)."""
+        return self._leaf
 
     def switch_leaf(self, leaf_id: str) -> None:
         """Make `leaf_id` (an earlier event of this conversation) the active leaf: the agent reads
         the branch ending there, and the next event starts a new branch from it."""
         with self._lock:
-            self.commit(lambda: [self.new(ActiveLeafChangedEvent, source="user", leaf_event_id=leaf_id)])
-            # A branch switch is no node of the tree: the next event is placed after its target.
-            self._leaf = leaf_id
+            self.commit(lambda: [self.leaf_switch(leaf_id)])
 
     # -- reading ------------------------------------------------------------------------------
     def view(self) -> tuple[Event, ...]:

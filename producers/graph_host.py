@@ -12,13 +12,23 @@ human queue); the answer settles it. On assignment the runner's
 takeover calls `run`/`resume` for a thread whose status is `running`: the graph goes on from its
 last checkpoint (`invoke(None)`).
 
-The graph's checkpointer is the partition's `HostedSaver`: every checkpoint, task write and
-`@effect` ledger record is written through the conversation's `commit`, that is the partition's
-fenced transactional writer (`{namespace}.runner.{partition}`): a zombie runner's write raises
-`FencedError` and the runner drops the partition. Reads come from the saver's own fold of the
-partition's graph records (read once, after the takeover fenced the previous owner). The
-`messages` channel of every root checkpoint is projected into convdb events
-(`convdb.projections.graph_messages`) in the checkpoint's transaction.
+The graph's checkpointer is the partition's `HostedSaver` (`convdb.producers.graph_hosted`): the
+graph's records go through the conversation's commits, its `messages` channel becomes convdb
+events, and a fork of the graph is a convdb branch.
+
+History commands in graph terms (checked first by `admit_branch` / `admit_fork`: a refusal is a
+`HistoryCommandError`, and the runner dead-letters the record with it):
+
+- `branch` at an event: the graph forks (`update_state(..., as_node="__copy__")`) from the root
+  checkpoint that produced that event (`HostedSaver.fork_point`), so its projection switches the
+  active leaf there (a new convdb branch), and the graph goes on from there (`drive`).
+- `fork` into a new conversation: LangGraph's `copy_thread` of the source thread into the new one,
+  with its `ForkEvent`, and (when the event is not the source's latest state) a `__copy__` of the
+  checkpoint that produced it, all in one transaction; the runner then runs it (`drive`).
+- `pause`: the graph is not invoked again (no unfinished run continued, no message given to it)
+  until a `resume`, an answer or a decision: status `paused` with a `PauseEvent`. The runner
+  handles a thread's inbox in order, in the thread that runs its graph, so a pause is applied when
+  the invocation in progress has returned (it never cuts a superstep, nor the run, short).
 """
 
 from __future__ import annotations
@@ -27,22 +37,22 @@ import json
 import logging
 import weakref
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 from langgraph.types import Command
 
-from convdb.infra.errors import InfraError, PublishError
-from convdb.producers.conversation import Conversation, SnapshotBook
+from convdb.infra.errors import PublishError
+from convdb.producers.conversation import Conversation
+from convdb.producers.errors import HistoryCommandError
 from convdb.producers.graph_effects import LedgerCall
-from convdb.producers.graph_saver import ConvdbSaver
-from convdb.producers.ledger import EMPTY as LEDGER_EMPTY
-from convdb.producers.publisher import TransactionalPublisher
+from convdb.producers.graph_hosted import MESSAGES, HostedSaver, Owner
+from convdb.producers.status import set_status
 from convdb.producers.tools.base import canonical_json, intent_hash
 from convdb.projections import graph
-from convdb.projections.graph_messages import project_messages
-from convdb.projections.operation import OperationState
-from convdb.schemas import ActionEvent, AvroModel, InboxMessage, LedgerRecord, MessageEvent, SystemPromptEvent
-from convdb.schemas.graph import GraphCheckpoint, GraphRecord
+from convdb.projections.graph_messages import projected_event
+from convdb.projections.view import path_to_root
+from convdb.schemas import AvroModel, Event, InboxMessage, MessageEvent, PauseEvent, SystemPromptEvent
+from convdb.schemas.validation import shown
 
 if TYPE_CHECKING:
     from convdb.producers.graph_book import GraphBook
@@ -51,113 +61,11 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-MESSAGES = "messages"
-"""The channel projected into convdb events, and where a user message goes in."""
-
 INTERRUPT_OPERATION = "interrupt:"
 """An interrupt's operation id is `{thread_id}/interrupt:{interrupt id}`."""
 
 MAX_RUNS = 8
 """Invocations one `drive` makes at most (an unfinished run, then each unread user message)."""
-
-
-class Owner(SnapshotBook, Protocol):
-    """What hosting needs of a partition owner (`producers.fleet.owner.PartitionOwner`, which
-    imports this module: a protocol keeps the dependency one way)."""
-
-    partition: int
-    ctx: Any
-    publisher: TransactionalPublisher
-    sink: Any
-    conversations: dict[str, Conversation]
-
-
-class HostedSaver(ConvdbSaver):
-    """The checkpointer of one owned partition: writes through its conversations' commits."""
-
-    def __init__(self, owner: Owner) -> None:
-        super().__init__(owner.ctx.settings, codec=owner.ctx.codec)
-        self.owner = owner
-        self._restored = False
-
-    def _own(self, partition: int) -> Any:
-        """The owner's writer; the partition's graph records are read on first use (after the
-        owner's takeover fenced the previous one, so they are the whole committed truth)."""
-        if partition != self.owner.partition:
-            raise InfraError(
-                f"a thread of partition {partition} is not hosted by the owner of partition "
-                f"{self.owner.partition}: a hosted graph reads and writes its own thread only"
-            )
-        if not self._restored:
-            self._restore(partition)
-            self._restored = True
-        return self.owner.publisher
-
-    def _all_threads(self) -> dict[str, graph.ThreadGraph]:
-        self._own(self.owner.partition)
-        return self._threads
-
-    def tenant_of(self, thread_id: str) -> str:
-        """The conversation's tenant (its first inbox record fixed it)."""
-        return self._conversation(thread_id).tenant_id
-
-    def _conversation(self, thread_id: str) -> Conversation:
-        conv = self.owner.conversations.get(thread_id)
-        if conv is None:
-            raise InfraError(f"thread {thread_id} is not a conversation of partition {self.owner.partition}")
-        return conv
-
-    def _commit(self, records: Sequence[GraphRecord]) -> None:
-        """Each thread's records, with the events its `messages` channel adds, in one transaction
-        of the partition's writer (its conversation's `commit`), then folded."""
-        self.check_sizes(records)
-        by_thread: dict[str, list[GraphRecord]] = {}
-        for record in records:
-            by_thread.setdefault(record.conversation_id, []).append(record)
-        for thread_id, group in by_thread.items():
-            conv = self._conversation(thread_id)
-            conv.commit(lambda c=conv, g=group: [*g, *self._events(c, g)])  # type: ignore[misc]
-            for r in group:
-                self._threads[thread_id] = graph.fold(self._threads.get(thread_id, graph.EMPTY), r)
-
-    def _events(self, conv: Conversation, group: Sequence[GraphRecord]) -> list[AvroModel]:
-        """The convdb events of the new messages of the group's root checkpoints."""
-        out: list[AvroModel] = []
-        view = conv.state.view
-        known = set(view.events)
-        actions = {e.tool_call_id: e.id for e in view.events.values() if isinstance(e, ActionEvent)}
-        for record in group:
-            if not isinstance(record, GraphCheckpoint) or record.checkpoint_ns:
-                continue
-            for channel, kind, value in zip(
-                record.blob_channels, record.blob_types, record.blob_values, strict=True
-            ):
-                if channel != MESSAGES or kind == "empty":
-                    continue
-                messages = self.load_value((kind, value))
-                for p in project_messages(conv.conversation_id, messages or (), known, actions):
-                    conv.start()  # (no-op but for a thread written before its first message)
-                    out.append(conv.new(p.cls, source=p.source, **p.fields))
-                    known.add(p.id)
-        return out
-
-    # -- the effect ledger: the conversation's own (`convdb.langgraph.effect`) ---------------------
-    def operation(self, thread_id: str, operation_id: str) -> OperationState | None:
-        """The operation's state in the conversation's ledger (folded at restore, kept by commits)."""
-        with self._lock:
-            self._thread(thread_id)
-            return self._conversation(thread_id).ledger.get(operation_id)
-
-    def commit_ledger(self, thread_id: str, records: Sequence[LedgerRecord]) -> OperationState | None:
-        """Ledger records through the conversation's commit (the partition's fenced writer)."""
-        with self._lock:
-            self._thread(thread_id)
-            conv = self._conversation(thread_id)
-            conv.commit(lambda: list(records))
-            return (conv.ledger or LEDGER_EMPTY).get(records[0].operation_id)
-
-    def close(self) -> None:
-        """Nothing to flush: the writer is the owner's."""
 
 
 _bound: weakref.WeakKeyDictionary[Owner, dict[str, Any]] = weakref.WeakKeyDictionary()
@@ -183,6 +91,9 @@ class GraphConversation(Conversation):
 
     graph: Any
     graph_name: str
+    fork_from: tuple[graph.ThreadGraph, str | None] | None
+    """A checked history command's graph plan (`admit_branch`, `admit_fork`): the thread to copy
+    (a fork's source; a branch's own) and the checkpoint to continue from (None: its latest)."""
 
     @classmethod
     def hosted(
@@ -195,8 +106,10 @@ class GraphConversation(Conversation):
         *,
         state: ConversationState | None,
         positions: LogPositions | None,
+        prefix: Sequence[Event] = (),
     ) -> GraphConversation:
-        """The conversation of thread `cid`, run by graph `name` on `owner`'s partition.
+        """The conversation of thread `cid`, run by graph `name` on `owner`'s partition (`prefix`:
+        a fork's source path, as for an agent's conversation).
 
         Raises:
             UnknownAgentError, AgentLoadError: the graph does not load.
@@ -207,8 +120,10 @@ class GraphConversation(Conversation):
             cid, tenant_id, rt.agent, owner.sink, rt.llm,
             runtime=owner.ctx.settings.runtime, secrets=rt.secrets, crash=rt.crash,
             state=state, positions=positions, book=owner, metrics=owner.ctx.metrics, agent_name=name,
+            prefix=prefix,
         )  # fmt: skip
         conv.graph, conv.graph_name = compiled, name
+        conv.fork_from = None
         return conv
 
     @property
@@ -238,6 +153,12 @@ class GraphConversation(Conversation):
                 self.answer(inbox)
             case "resolve":
                 self.decide(inbox)
+            case "branch":
+                self.branch()
+            case "fork":
+                self.fork_in(inbox)
+            case "pause":
+                self.pause()
             case _:
                 logger.warning(
                     "conversation %s runs a graph: inbox command %r is not applied",
@@ -247,7 +168,13 @@ class GraphConversation(Conversation):
 
     def answer(self, inbox: InboxMessage) -> None:
         """A `resume` record answers the one interrupt the graph waits in: `Command(resume=<its
-        content, as JSON if it parses>)`; a plain interrupt's operation is settled as confirmed."""
+        content, as JSON if it parses>)`; a plain interrupt's operation is settled as confirmed.
+        A paused graph is resumed first (an empty `resume`, the API's, only resumes it)."""
+        if self.status == "paused":
+            self.set_status("running", f"resumed by {inbox.sender}")
+            if not inbox.content:
+                self.drive()
+                return
         interrupts = self.graph.get_state(self.config).interrupts
         if len(interrupts) == 1:
             operation = self._operation_of(interrupts[0])
@@ -266,7 +193,10 @@ class GraphConversation(Conversation):
     def decide(self, inbox: InboxMessage) -> None:
         """A human queue's decision on an operation that an interrupt waits on: the graph resumes
         with `Command(resume={interrupt id: {"decision", "by", "note", "operation_id"}})`; an
-        interrupt of the graph's own (not an `@effect` call's) is then settled on the ledger."""
+        interrupt of the graph's own (not an `@effect` call's) is then settled on the ledger. A
+        decision resumes a paused graph."""
+        if self.status == "paused":
+            self.set_status("running", f"resumed by {inbox.sender}'s decision")
         operation = inbox.operation_id or ""
         waiting = {self._operation_of(i): i for i in self.graph.get_state(self.config).interrupts}
         interrupt = waiting.get(operation)
@@ -327,6 +257,9 @@ class GraphConversation(Conversation):
         resume, or one for a run already resumed, changes nothing. A failure to write (fenced,
         broker) propagates to the runner; any other exception of the graph is status `error`.
         """
+        if self.status == "paused":
+            self.snapshot()
+            return self.status
         given: set[str] = set()
         for _ in range(MAX_RUNS):
             snapshot = self.graph.get_state(self.config)
@@ -353,6 +286,102 @@ class GraphConversation(Conversation):
                 break
         self._settle()
         return self.status
+
+    # -- history commands in graph terms (see the module doc) ---------------------------------
+    def admit_branch(self, event: Event) -> None:
+        """Check a branch at `event` before anything is written, and keep the checkpoint it forks from.
+
+        Raises:
+            HistoryCommandError: the graph waits in an interrupt, or no checkpoint holds the event.
+        """
+        cid = self.conversation_id
+        if self.status == "waiting_for_human" or self.graph.get_state(self.config).interrupts:
+            raise HistoryCommandError(
+                f"branch of {cid}: its graph waits in interrupt() for an answer; answer or decide it "
+                "first (a branch would leave it open in the human queue)"
+            )
+        state = self.graph.checkpointer.thread(cid)
+        path = path_to_root(self.state.view, event.id)
+        self.fork_from = (state, self._fork_point(state, path, "branch", cid))
+
+    def admit_fork(self, record: InboxMessage) -> None:
+        """Check a fork into this (new) conversation: its source must be a graph's thread whose
+        checkpoints hold the fork point; keep what to copy.
+
+        Raises:
+            HistoryCommandError: the source has no graph records, or none holds the fork point.
+        """
+        source = record.source_conversation_id or ""
+        state = self.graph.checkpointer.thread(source)
+        if state.empty:
+            raise HistoryCommandError(
+                f"fork of {shown(source)} into {self.conversation_id}: the source has no LangGraph "
+                f"checkpoints, so graph {self.graph_name!r} has nothing to go on from"
+            )
+        at = self._fork_point(state, self.loop.prefix, "fork", source)
+        head = graph.latest(state, "")
+        self.fork_from = (state, None if head is not None and head.checkpoint_id == at else at)
+
+    def _fork_point(self, state: graph.ThreadGraph, path: Sequence[Event], what: str, cid: str) -> str:
+        """The checkpoint a branch or fork at the last event of `path` continues from.
+
+        Raises:
+            HistoryCommandError: no message projected an event at or before it, or no checkpoint
+                holds that message.
+        """
+        at = path[-1]
+        projected = projected_event(path)
+        if projected is None:
+            raise HistoryCommandError(
+                f"{what} of {cid} at event #{at.seq} ({at.kind}): no message of its graph is at or before "
+                "it, so no checkpoint of the graph holds that point; pick a message, action, observation "
+                "or usage event"
+            )
+        found = self.graph.checkpointer.fork_point(state, projected.id)
+        if found is None:
+            raise HistoryCommandError(
+                f"{what} of {cid} at event #{at.seq}: no checkpoint of its graph holds the message of "
+                f"event #{projected.seq} (the graph never took it in)"
+            )
+        return str(found)
+
+    def _copy_checkpoint(self, checkpoint_id: str) -> None:
+        """LangGraph's fork: a copy of a root checkpoint becomes the thread's latest one."""
+        config = {"thread_id": self.conversation_id, "checkpoint_ns": "", "checkpoint_id": checkpoint_id}
+        self.graph.update_state({"configurable": config}, None, as_node="__copy__")
+
+    def branch(self) -> None:
+        """The graph forks from the checkpoint `admit_branch` found (its projection starts the convdb
+        branch, in the same transaction), then goes on from there."""
+        plan, self.fork_from = self.fork_from, None
+        if plan is None or plan[1] is None:
+            return
+        self._copy_checkpoint(plan[1])
+        self.drive()
+
+    def fork_in(self, inbox: InboxMessage) -> None:
+        """The new conversation's `ForkEvent`, a copy of the source thread and (when the fork point
+        is not its latest state) a copy of the checkpoint there, in one transaction; then the
+        graph goes on (an unfinished run; else it waits for a message)."""
+        plan, self.fork_from = self.fork_from, None
+        if plan is None or not self.loop.prefix or self.state.view.last_seq:
+            return  # a redelivery: its ForkEvent is in the log
+        source, at = plan
+        saver = self.graph.checkpointer
+        event = self.loop.prefix[-1].id
+        first = lambda: [self.fork_event(inbox.source_conversation_id or "", event)]  # noqa: E731
+        with saver.batch(self.conversation_id, first, project=False):
+            saver.copy_from(source, self.conversation_id)
+            if at is not None:
+                self._copy_checkpoint(at)
+        self.drive()
+
+    def pause(self) -> None:
+        """Status `paused` (with a `PauseEvent`): the graph is not invoked until a resume."""
+        if self.status != "paused":
+            why = "pause requested"
+            set_status(self, "paused", why, before=lambda: [self.new(PauseEvent, source="user", reason=why)])
+        self.snapshot()
 
     def _unread(self, values: Any, given: set[str]) -> MessageEvent | None:
         """The last user message of the active branch that the graph's messages do not hold."""

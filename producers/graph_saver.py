@@ -569,30 +569,35 @@ class ConvdbSaver(BaseCheckpointSaver[str]):
         with self._lock:
             source = self._thread(source_thread_id)
             self._thread(target_thread_id)
-            records: list[GraphRecord] = []
-            carried: set[tuple[str, str, str]] = set()
-            for ns in graph.namespaces(source):
-                for record in reversed(graph.history(source, ns)):
-                    records.append(self._copied_checkpoint(source, record, target_thread_id, carried))
-            for (ns, cid), writes in source.writes.items():
-                for task_id in sorted({w.task_id for w in writes.values()}):
-                    mine = graph.pending_writes(source, (ns, cid))
-                    mine = [w for w in mine if w.task_id == task_id]
-                    records.append(
-                        GraphWrites(
-                            **self._fields(target_thread_id),
-                            checkpoint_ns=ns,
-                            checkpoint_id=cid,
-                            task_id=task_id,
-                            task_path=mine[0].task_path,
-                            write_indexes=tuple(w.index for w in mine),
-                            channels=tuple(w.channel for w in mine),
-                            value_types=tuple(w.value_type for w in mine),
-                            values=tuple(w.value for w in mine),
-                        )
-                    )
+            records = self.copied_records(source, target_thread_id)
             if records:
                 self._commit(records)
+
+    def copied_records(self, source: ThreadGraph, target_thread_id: str) -> builtins.list[GraphRecord]:
+        """The records of `copy_thread`: every checkpoint of `source` (a thread's fold), oldest
+        first, with the blobs it reads, and every task write, as records of the target thread."""
+        records: builtins.list[GraphRecord] = []
+        carried: set[tuple[str, str, str]] = set()
+        for ns in graph.namespaces(source):
+            for record in reversed(graph.history(source, ns)):
+                records.append(self._copied_checkpoint(source, record, target_thread_id, carried))
+        for (ns, cid), writes in source.writes.items():
+            for task_id in sorted({w.task_id for w in writes.values()}):
+                mine = [w for w in graph.pending_writes(source, (ns, cid)) if w.task_id == task_id]
+                records.append(
+                    GraphWrites(
+                        **self._fields(target_thread_id),
+                        checkpoint_ns=ns,
+                        checkpoint_id=cid,
+                        task_id=task_id,
+                        task_path=mine[0].task_path,
+                        write_indexes=tuple(w.index for w in mine),
+                        channels=tuple(w.channel for w in mine),
+                        value_types=tuple(w.value_type for w in mine),
+                        values=tuple(w.value for w in mine),
+                    )
+                )
+        return records
 
     def _copied_checkpoint(
         self, source: ThreadGraph, record: GraphCheckpoint, target: str, carried: set[tuple[str, str, str]]

@@ -121,6 +121,20 @@ def latest(state: ThreadGraph, ns: str) -> GraphCheckpoint | None:
     return state.checkpoints[(ns, max(ids))] if ids else None
 
 
+def is_fork(state: ThreadGraph, record: GraphCheckpoint) -> bool:
+    """True when a root checkpoint does not extend the thread's latest one (`state` is the thread
+    before it): `update_state` or a replay on an older checkpoint, or a `__copy__`, starts a new
+    lineage there. A thread's first checkpoint, and one put again under its own id, are no fork."""
+    if record.checkpoint_ns:
+        return False
+    head = latest(state, "")
+    return (
+        head is not None
+        and record.checkpoint_id != head.checkpoint_id
+        and (record.parent_checkpoint_id != head.checkpoint_id)
+    )
+
+
 def pending_writes(state: ThreadGraph, key: CheckpointKey) -> list[Write]:
     """The writes pending on a checkpoint, in LangGraph's (task_path, task_id, index) order."""
     writes = state.writes.get(key, Map())

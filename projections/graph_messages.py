@@ -15,19 +15,25 @@ conversation. The mapping is lossy on purpose (the graph topic stays the source 
 Event ids are derived from message ids (add_messages gives every message one), so a message
 already projected (or the user message the runner appended from the inbox, whose id it shares)
 is never projected twice.
+
+A fork (a root checkpoint whose parent is not the thread's latest one: `update_state` or a replay
+on an older checkpoint, a `__copy__`) is a convdb branch: `place` puts the fork's new events after
+the last event its messages already had in the log (an `ActiveLeafChangedEvent` moves the leaf
+there first), so the active branch is the graph's current lineage and the old lineage stays in
+the tree as the other branch.
 """
 
 from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import Collection, Iterable, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from convdb.projections.openhands._fields import canonical_json, intent_hash
 from convdb.schemas import ActionEvent, LLMUsageEvent, MessageEvent, ObservationEvent
-from convdb.schemas.events import EventEnvelope
+from convdb.schemas.events import Event, EventEnvelope
 
 _IDS = uuid.UUID("6f0c7a52-64a4-4c1e-9a53-2f1d1c3d6b7e")
 """uuid5 namespace of the event ids derived from message ids."""
@@ -146,3 +152,60 @@ def _ai(cid: str, message: Any, message_id: str, text: str, actions: dict[str, s
         }
         out.append(Projected(LLMUsageEvent, "environment", fields))
     return out
+
+
+PROJECTED_KINDS = frozenset({"message", "action", "observation", "llm_usage"})
+"""Event kinds a message projects to: the events a graph thread branches or forks at."""
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Where a root checkpoint's messages go in the conversation's tree."""
+
+    leaf: str | None
+    """Move the active leaf here first (a fork that starts a branch); None: append at the leaf."""
+    events: list[Projected]
+    """The new events, in order, each placed after the one before."""
+    ids: frozenset[str] = frozenset()
+    """The ids of every event the checkpoint's messages project to (new or not)."""
+
+
+def place(
+    conversation_id: str,
+    messages: Iterable[Any],
+    *,
+    fork: bool,
+    known: Mapping[str, Event],
+    held: Collection[str] = (),
+    active_leaf: str | None,
+    root: str | None,
+    actions: Mapping[str, str] | None = None,
+) -> Placement:
+    """The events a root checkpoint's messages add, and where they start.
+
+    `known` maps the ids of the events the log holds to them; `held` are ids of events accounted
+    for elsewhere (the parent checkpoint's messages, a fork's source path): neither is projected
+    again. `actions` maps the tool call ids of the log's actions to their event ids. Not a fork:
+    the new events extend the active branch. A fork: they start after the latest (greatest seq)
+    event the checkpoint's messages already have in the log, or after `root` when they have none;
+    that event becomes the leaf unless it is the active leaf already.
+    """
+    every = project_messages(conversation_id, messages, (), dict(actions or {}))
+    new = [p for p in every if p.id not in known and p.id not in held]
+    ids = frozenset(p.id for p in every)
+    if not fork:
+        return Placement(None, new, ids)
+    had = [(known[p.id].seq, p.id) for p in every if p.id in known]
+    anchor = max(had)[1] if had else root
+    return Placement(anchor if anchor != active_leaf else None, new, ids)
+
+
+def event_ids(conversation_id: str, messages: Iterable[Any]) -> set[str]:
+    """The ids of the events `messages` project to (whether or not the log holds them)."""
+    return {p.id for p in project_messages(conversation_id, messages, (), {})}
+
+
+def projected_event(path: Sequence[Event]) -> Event | None:
+    """The event a branch or fork at the last event of `path` (root first) starts after, in graph
+    terms: that event if a message projected it, else the nearest such event before it."""
+    return next((e for e in reversed(path) if e.kind in PROJECTED_KINDS), None)

@@ -9,7 +9,8 @@ writer) writes it; the source is only read (from this partition, or another one'
 
 Every refusal raises a data error before anything is written, and the runner dead-letters the
 record with it: an unknown seq, a seq beyond the log, a branch switch as the target, a fork target
-that already exists, a source that does not, another tenant's source, an operation still open.
+that already exists, a source that does not, another tenant's source, an operation still open. A
+LangGraph graph's thread adds its own checks (`GraphConversation.admit_branch` / `admit_fork`).
 """
 
 from __future__ import annotations
@@ -33,11 +34,23 @@ def admit_command(owner: PartitionOwner, record: InboxMessage) -> Conversation:
         HistoryCommandError, TenantMismatchError, RecordRefusedError: the command is refused.
     """
     if record.command == "fork":
-        return _fork_target(owner, record)
+        target = _fork_target(owner, record)
+        check_fork = getattr(target, "admit_fork", None)  # a LangGraph graph's thread (graph_host)
+        if check_fork is not None:
+            try:
+                check_fork(record)
+            except HistoryCommandError:
+                del owner.conversations[target.conversation_id]  # nothing was written
+                raise
+        return target
     if record.conversation_id not in owner.conversations:
         raise HistoryCommandError(f"branch of {shown(record.conversation_id)}: no such conversation")
     conv = owner.admit(record)
-    _event_at(conv.state.view, record, "branch")
+    event = _event_at(conv.state.view, record, "branch")
+    check_branch = getattr(conv, "admit_branch", None)  # a graph's: its own rules (graph_host)
+    if check_branch is not None:
+        check_branch(event)
+        return conv
     open_operations = [a.operation_id for a in conv.unobserved_actions()]
     if open_operations:
         raise HistoryCommandError(

@@ -222,7 +222,7 @@ class PartitionOwner:
         )
         name = recorded[0] if recorded else agent
         if rt.graphs is not None and rt.graphs.hosts(name):
-            hosted = self._graph_conversation(cid, tenant_id, name, state, positions)
+            hosted = self._graph_conversation(cid, tenant_id, name, state, positions, prefix)
             if hosted is not None:
                 return hosted
             name = None  # its graph does not load here: kept (never run) as the default agent's
@@ -256,6 +256,7 @@ class PartitionOwner:
         name: str | None,
         state: ConversationState | None,
         positions: LogPositions | None,
+        prefix: Sequence[Event] = (),
     ) -> Conversation | None:
         """A conversation run by a hosted LangGraph graph (`producers.graph_host`); None for a
         restored one whose graph does not load here (`create` keeps it, never run, as an agent's)."""
@@ -268,7 +269,14 @@ class PartitionOwner:
                 why = f"{exc} (is the langgraph extra installed? pip install convdb[langgraph])"
                 raise AgentLoadError(f"graph {graphs.name_of(name)!r}: {why}") from exc
             conv: Conversation = GraphConversation.hosted(
-                graphs, self, cid, tenant_id, graphs.name_of(name), state=state, positions=positions
+                graphs,
+                self,
+                cid,
+                tenant_id,
+                graphs.name_of(name),
+                state=state,
+                positions=positions,
+                prefix=prefix,
             )
         except (UnknownAgentError, AgentLoadError) as exc:
             if state is None:

@@ -119,3 +119,13 @@ def test_ancestors_walk_the_parent_chain_of_a_branch_only() -> None:
     assert [r.checkpoint_id for r in graph.ancestors(state, "", "3")] == ["2", "1"]
     assert [r.checkpoint_id for r in graph.ancestors(state, "", None)] == ["2", "1"]  # the latest is "4"
     assert graph.ancestors(state, "", "missing") == [] and graph.ancestors(state, "", "1") == []
+
+
+def test_a_fork_is_a_root_checkpoint_that_does_not_extend_the_latest_one() -> None:
+    state = fold(checkpoint("1"), checkpoint("2", parent="1"), checkpoint("3", parent="2"))
+    assert not graph.is_fork(graph.EMPTY, checkpoint("1"))  # a thread's first checkpoint
+    assert not graph.is_fork(state, checkpoint("4", parent="3"))  # extends the latest
+    assert not graph.is_fork(state, checkpoint("3", parent="2"))  # the latest, put again
+    assert graph.is_fork(state, checkpoint("4", parent="1"))  # update_state / __copy__ of an old one
+    assert graph.is_fork(state, checkpoint("4"))  # a copy of the first checkpoint: no parent
+    assert not graph.is_fork(state, checkpoint("4", ns="sub", parent="1"))  # subgraphs are no branch
