@@ -29,6 +29,9 @@ History commands in graph terms (checked first by `admit_branch` / `admit_fork`:
   until a `resume`, an answer or a decision: status `paused` with a `PauseEvent`. The runner
   handles a thread's inbox in order, in the thread that runs its graph, so a pause is applied when
   the invocation in progress has returned (it never cuts a superstep, nor the run, short).
+- `cancel`: as for any conversation (`Conversation.cancel`): status `error`, reason `cancelled by
+  ...`; the graph is not invoked again until a new message. An interrupt's operation stays open in
+  the human queue (a decision on it resumes the graph, as it resumes a cancelled agent's run).
 """
 
 from __future__ import annotations
@@ -159,6 +162,8 @@ class GraphConversation(Conversation):
                 self.fork_in(inbox)
             case "pause":
                 self.pause()
+            case "cancel":
+                self.cancel(inbox.sender)
             case _:
                 logger.warning(
                     "conversation %s runs a graph: inbox command %r is not applied",

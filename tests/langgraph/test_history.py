@@ -216,11 +216,12 @@ def test_a_fork_copies_the_thread_into_a_new_conversation_that_runs_and_a_pause_
 
 
 @pytest.mark.slow_on("apache")
-def test_a_branch_while_the_graph_waits_in_an_interrupt_is_refused(
+def test_a_branch_while_the_graph_waits_in_an_interrupt_is_refused_and_a_cancel_ends_it(
     api_settings: Settings, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The crash demo's graph stops in its approval `interrupt()`; a branch then would leave that
-    operation open in the human queue for ever: it is dead-lettered with the reason."""
+    operation open in the human queue for ever: it is dead-lettered with the reason. A cancel then
+    ends the run (status `error`, `cancelled by ...`) without invoking the graph again."""
     settings = api_settings
     monkeypatch.setenv("CRASH_WORK", str(tmp_path))
     monkeypatch.setenv("HOSTED_APPROVAL", "1")
@@ -229,5 +230,12 @@ def test_a_branch_while_the_graph_waits_in_an_interrupt_is_refused(
         answered(client, f"/conversations/{cid}", lambda b: b["execution_status"] == "waiting_for_human")
         post(client, f"/conversations/{cid}/branch", {"at_seq": seq_of(client, cid, "two tickets, please")})
         wait_until(lambda: refusals(settings, cid), 60, "the branch is dead-lettered")
+        post(client, f"/conversations/{cid}/cancel", {})
+        answered(client, f"/conversations/{cid}", lambda b: b["execution_status"] == "error")
     assert "waits in interrupt() for an answer" in refusals(settings, cid)[0]
-    assert [e.kind for e in events(settings, cid)].count("active_leaf_changed") == 0
+    log = events(settings, cid)
+    assert [e.kind for e in log].count("active_leaf_changed") == 0
+    updates = [e for e in log if isinstance(e, StateUpdateEvent)]
+    statuses = [e.execution_status for e in updates]
+    assert statuses[-1] == "error" and updates[-1].reason.startswith("cancelled by"), updates[-1]
+    assert "running" not in statuses[statuses.index("waiting_for_human") :]  # the graph never ran again
