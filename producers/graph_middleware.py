@@ -10,7 +10,7 @@ package (in convdb's `langgraph` extra).
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from langchain.agents.middleware import AgentMiddleware
 
@@ -21,7 +21,7 @@ if TYPE_CHECKING:
     from langgraph.prebuilt.tool_node import ToolCallRequest
 
 
-class EffectMiddleware(AgentMiddleware):  # type: ignore[type-arg]
+class EffectMiddleware(AgentMiddleware):
     """`create_agent(model, tools, middleware=[EffectMiddleware({...})])`: the agent's tool calls
     under convdb's effect protocol (the arguments are `ToolEffects`')."""
 
@@ -31,8 +31,8 @@ class EffectMiddleware(AgentMiddleware):  # type: ignore[type-arg]
         super().__init__()
         self.effects = ToolEffects(effects, lookup)
 
-    def wrap_tool_call(self, request: ToolCallRequest, handler: Execute) -> ToolResult:  # type: ignore[override]
+    def wrap_tool_call(self, request: ToolCallRequest, handler: Execute) -> ToolResult:
         return self.effects.wrap_tool_call(request, handler)
 
-    async def awrap_tool_call(self, request: ToolCallRequest, handler: AsyncExecute) -> Any:  # type: ignore[override]
+    async def awrap_tool_call(self, request: ToolCallRequest, handler: AsyncExecute) -> ToolResult:
         return await self.effects.awrap_tool_call(request, handler)
