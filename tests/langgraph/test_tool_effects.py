@@ -104,7 +104,6 @@ def tool_node_graph(saver: ConvdbSaver, dies: DiesOnce) -> Any:
     return builder.compile(checkpointer=saver)
 
 
-@pytest.mark.slow_on("apache")
 @pytest.mark.parametrize("mode", ["sync", "async"])
 def test_a_re_executed_tool_node_returns_the_recorded_tool_message(
     saver: ConvdbSaver, work: Path, mode: str
@@ -194,6 +193,10 @@ def killed_after_the_charge(settings: Settings, work: Path, graph: str, **env: s
     return cid
 
 
+# The hosted kill runs on the embedded broker by default (about 20 s of runner start-ups); on Apache
+# Kafka under -m slow: the ledger's writes through the hosted writer are the same as `@effect`'s,
+# which tests/langgraph/test_hosted.py kills on both brokers by default.
+@pytest.mark.slow_on("apache")
 @pytest.mark.parametrize(
     "graph",
     [
