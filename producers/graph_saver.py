@@ -22,12 +22,13 @@ import builtins
 import logging
 import os
 import threading
+import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any, TypeVar
 
-from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, TopicPartition
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import (
     WRITES_IDX_MAP,
@@ -171,7 +172,7 @@ class ConvdbSaver(BaseCheckpointSaver[str]):
             {**common_config(self.settings), "group.id": f"{self.settings.namespace}.graph-{record_id()}"}
         )
         try:
-            low, high = consumer.get_watermark_offsets(TopicPartition(name, partition), timeout=10.0)
+            low, high = _watermarks(consumer, TopicPartition(name, partition))
         except KafkaException as exc:
             raise InfraError(f"cannot read {name}[{partition}] (run `convdb topics apply`): {exc}") from exc
         finally:
@@ -693,3 +694,27 @@ class ConvdbSaver(BaseCheckpointSaver[str]):
             self._threads.clear()
             self._ledgers.clear()
             self._effects_read.clear()
+
+
+NO_LEADER_YET = (KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.LEADER_NOT_AVAILABLE)
+"""The answers of a broker that has not learnt the new partition's leader yet."""
+WATERMARK_WAIT_S = 10.0
+"""How long a partition's watermarks are asked for while the broker answers with a retriable error."""
+
+
+def _watermarks(consumer: Consumer, partition: TopicPartition) -> tuple[int, int]:
+    """The partition's (low, high) watermarks. A topic created a moment ago may have no leader
+    yet on every broker (Apache Kafka answers NOT_LEADER_FOR_PARTITION): that error, and any other
+    retriable one, is asked again until `WATERMARK_WAIT_S` has passed."""
+    deadline = time.monotonic() + WATERMARK_WAIT_S
+    while True:
+        try:
+            low, high = consumer.get_watermark_offsets(partition, timeout=WATERMARK_WAIT_S)
+            return low, high
+        except KafkaException as exc:
+            error = exc.args[0] if exc.args else None
+            if not isinstance(error, KafkaError) or time.monotonic() > deadline:
+                raise
+            if not (error.retriable() or error.code() in NO_LEADER_YET):
+                raise
+            time.sleep(0.1)

@@ -14,6 +14,7 @@ import shutil
 import subprocess
 import sys
 import tarfile
+from collections.abc import Sequence
 from dataclasses import dataclass
 from importlib.metadata import version
 from pathlib import Path
@@ -85,8 +86,17 @@ class SuiteRun:
     output: str
 
 
-def run_suite(root: Path, settings_fields: dict[str, object], files: list[str], timeout: float) -> SuiteRun:
-    """Run `files` of LangGraph's tests (all of `tests/` when empty) with `-k convdb`, in a subprocess."""
+def run_suite(
+    root: Path,
+    settings_fields: dict[str, object],
+    files: list[str],
+    timeout: float,
+    select: str = "",
+    args: Sequence[str] = (),
+) -> SuiteRun:
+    """Run `files` of LangGraph's tests (all of `tests/` when empty) that take convdb's saver, in a
+    subprocess: `-k convdb`, and `select` (a `-k` expression) when given; `args` are more pytest
+    arguments."""
     env = {
         **os.environ,
         "NO_DOCKER": "true",
@@ -94,7 +104,17 @@ def run_suite(root: Path, settings_fields: dict[str, object], files: list[str], 
         "CONVDB_SUITE_SETTINGS": json.dumps(settings_fields),
     }
     command = [sys.executable, "-m", "pytest", *(files or ["tests"]), "-q", "-p", "no:cacheprovider"]
-    command += ["-k", "convdb", "-o", "addopts=", "-p", "no:randomly", "-rfE", "--timeout=120"]
+    command += [
+        "-k",
+        f"convdb and ({select})" if select else "convdb",
+        "-o",
+        "addopts=",
+        "-p",
+        "no:randomly",
+        "-rfE",
+        "--timeout=120",
+        *args,
+    ]
     done = subprocess.run(command, cwd=root, env=env, capture_output=True, text=True, timeout=timeout)
     lines = done.stdout.splitlines()
     failures = [line for line in lines if line.startswith(("FAILED ", "ERROR "))]

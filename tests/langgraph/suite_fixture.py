@@ -4,6 +4,13 @@ Copied next to LangGraph's own tests (as `convdb_suite_fixture.py`) by `test_lan
 which patches their conftest to call `convdb_saver()`. Each test gets a fresh namespace, as
 LangGraph's own fixtures give each test a fresh database: thread ids such as "1" repeat across
 its tests. `CONVDB_SUITE_SETTINGS` holds the Settings fields (broker) as JSON.
+
+LangGraph's tests expect an environment without the `langchain` package: with it installed (convdb's
+`langgraph` extra has it, for `create_agent` users), langchain-core adds `"langchain": <version>` to
+every chat model's `metadata["lc_versions"]`, and `test_weather_subgraph` (sync and async), which
+compares that metadata with `{"langchain-core": ...}`, fails on every checkpointer, the in-memory one
+included. So this module hides the `langchain` version from langchain-core, as LangGraph's own CI
+has it.
 """
 
 from __future__ import annotations
@@ -13,10 +20,14 @@ import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 
+import langchain_core.language_models.base as _lc_base
+
 from convdb.infra.kafka import apply_topics
 from convdb.infra.settings import Settings
 from convdb.langgraph import ConvdbSaver
 from convdb.schemas.topics import GRAPH
+
+_lc_base._get_langchain_version = lambda: None  # type: ignore[attr-defined] # see the module doc
 
 
 @contextmanager
