@@ -3,10 +3,10 @@ every durability mode) with convdb's saver as one more checkpointer fixture valu
 
 The tests come from the sdist of the installed langgraph (`tests/langgraph/suite.py`); each run
 is a subprocess talking to this module's broker. The whole suite (648 tests that take a
-checkpointer) takes about 8 to 9 minutes per broker on CI's loaded 2 cores (measured: 476 s and 531 s
-on the embedded broker), too long for the default run: it runs under -m slow, on both brokers. The
-default run takes a representative part of it, about 2 minutes, on the embedded broker (`SAMPLE`).
-"""
+checkpointer) runs in the default run on the embedded broker: about 8 to 9 minutes on a loaded
+2-core machine (measured: 476 s and 531 s), which `pytest -n 2` overlaps with the other files.
+On Apache Kafka it runs under -m slow; a representative part of it (`SAMPLE`, about 2 minutes)
+is there for a quick check under -m slow too."""
 
 from __future__ import annotations
 
@@ -61,14 +61,14 @@ def run(settings: Settings, tmp_path: Path, files: list[str], select: str = "") 
     assert " passed" in done.summary and "failed" not in done.summary and "error" not in done.summary
 
 
-@pytest.mark.slow_on("apache")
+@pytest.mark.slow
 def test_a_representative_part_of_langgraphs_own_tests_passes_on_the_convdb_saver(
     settings: Settings, tmp_path: Path
 ) -> None:
     run(settings, tmp_path, SAMPLE, SELECT)
 
 
-@pytest.mark.slow
+@pytest.mark.slow_on("apache")
 @pytest.mark.timeout(3600)
 def test_langgraphs_own_graph_tests_pass_on_the_convdb_saver(settings: Settings, tmp_path: Path) -> None:
     run(settings, tmp_path, [])
