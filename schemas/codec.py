@@ -205,6 +205,7 @@ class SingleObjectCodec(_Decoder):
         return self._decode_general(data, expect)
 
     def _decode_general(self, data: bytes, expect: tuple[type[AvroModel], ...] | None) -> AvroModel:
+        """Any record: checks the framing, resolves an older writer against the newest reader."""
         if len(data) < 10 or data[:2] != SINGLE_OBJECT_MAGIC:
             head = bytes(data[:4]).hex() or "empty"
             raise NotAvroError(f"not Avro single-object encoded (starts with {head}, {len(data)} bytes)")
