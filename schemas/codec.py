@@ -4,6 +4,11 @@ Two framings share the Avro binary payload:
 - single-object encoding (default): ``C3 01`` + CRC-64-AVRO fingerprint + payload; the
   reader resolves the writer's schema by fingerprint among every shipped version;
 - Confluent framing (with a schema registry): ``00`` + 4-byte schema id + payload.
+
+Records are read with their writer's schema, never with a narrower reader schema that projects
+out the fields a consumer does not read: fastavro's resolving reader (reader != writer) took 1.8x
+the time of the writer's own on the bench's events (18 against 10 us) even when it skipped six
+fields, and the read side's runner hosts the index, whose words come from every text field.
 """
 
 from __future__ import annotations
