@@ -67,12 +67,16 @@ class ConsumerMetrics:
             registry=self.registry,
         ).set_function(self._retrying_s)
         self.healthy = True
+        self.applied = 0
+        """Records applied so far (the events counter's value, as a plain int: a reader polling it,
+        such as the sink bench, does not collect the whole registry while the runner works)."""
         self._lags: dict[tuple[str, int], int] = {}
         self._window: list[tuple[float, int]] = []
 
     def batch_done(self, applied: int, dead: int, seconds: float) -> None:
         """Record one committed batch."""
         self.events.labels(self.consumer).inc(applied)
+        self.applied += applied
         if dead:
             self.dead_letters.labels(self.consumer).inc(dead)
         self.batches.labels(self.consumer).observe(seconds)

@@ -243,6 +243,14 @@ def _culprit(name: str, value: str, limit: int, conversation: bool) -> str:
 _CHECKERS: dict[type[AvroModel], Checker] = {}
 
 
+def record_checker(model: type[AvroModel]) -> Checker:
+    """The rule check of `model`'s records (`record_problem` without the per-call lookup)."""
+    check = _CHECKERS.get(model)
+    if check is None:
+        check = _CHECKERS[model] = _checker(model)
+    return check
+
+
 def record_problem(record: AvroModel) -> str | None:
     """Why a record breaks the identifier and text rules, or None (cheap: runs on every record)."""
     kind = type(record)

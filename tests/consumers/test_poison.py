@@ -102,6 +102,7 @@ def test_garbage_unknown_fingerprint_and_gap_go_to_dlq_and_consumer_continues(
         metrics = httpx.get(f"http://127.0.0.1:{server.port}/metrics").text
         assert metric_value(metrics, "convdb_consumer_dlq_total") == 3
         assert metric_value(metrics, "convdb_consumer_events_total") == 22
+        assert runner.metrics.applied == 22  # the plain count the sink bench polls
         assert httpx.get(f"http://127.0.0.1:{server.port}/healthz").status_code == 200
     finally:
         runner.stop()

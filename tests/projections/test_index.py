@@ -213,3 +213,23 @@ def test_search_body_is_the_distinct_terms_of_the_description(parts: list[str]) 
     words = terms(describe(event)[:BODY_LIMIT])
     assert search_body(event) == " ".join(dict.fromkeys(words))
     assert set(search_body(event).split(" ")) - {""} == set(words)
+
+
+@given(
+    st.lists(
+        st.sampled_from(["ls -la", "drwxr-xr-x 2 agent 4096 a.txt", "", "  ", "x" * 120, "é ok", "a\tb"])
+        | st.text(alphabet="ab_ \n\r", max_size=6),
+        max_size=40,
+    )
+)
+def test_search_body_of_repeated_lines_is_the_distinct_terms(lines: list[str]) -> None:
+    """A tool's output repeating whole lines (which `search_body` splits once each) is indexed by the
+    same words, in the same order, as the plain definition finds."""
+    from convdb.projections.index import BODY_LIMIT, search_body, terms
+    from convdb.schemas import ObservationEvent
+
+    event = ObservationEvent(
+        id="e", conversation_id="c", tenant_id="t", seq=1, timestamp=datetime(2025, 1, 1, tzinfo=UTC),
+        source="environment", action_id="a", tool_name="bash", tool_call_id="k", content="\n".join(lines),
+    )  # fmt: skip
+    assert search_body(event) == " ".join(dict.fromkeys(terms(describe(event)[:BODY_LIMIT])))
