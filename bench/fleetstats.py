@@ -71,17 +71,17 @@ def takeovers(
 ) -> dict[int, tuple[float, float]]:
     """Moved partition -> (release -> first step served by its new owner, its assignment -> that step).
 
-    Assignment: the new owner's last `assigned` line for it in the window (on an eager runner that
-    line comes after the restore it reports). Release: the last `revoked`/`lost` line for it
-    before that (a span of several rebalances counts only the last move), else the moment its old
-    owner was killed, else the event's start.
+    Assignment: the new owner's last `assigned` line for it in the window, from the start of its
+    assignment callback (`began`: the fencing and restore the line reports come after it).
+    Release: the last `revoked`/`lost` line for it before that (a span of several rebalances
+    counts only the last move), else the moment its old owner was killed, else the event's start.
     """
     out: dict[int, tuple[float, float]] = {}
     for p, (old, new) in moved.items():
         if new is None:
             continue
         assigned = [
-            _at(line)
+            float(line.get("began") or line["at"])  # type: ignore[arg-type]
             for line in lines
             if line["runner"] == new
             and line["event"] in ("assigned", "restored")

@@ -4,9 +4,10 @@ A topic set of one partition is filled in this process: N conversations, each ru
 `PartitionOwner` (as a runner does; a run ends with a snapshot), so the partition's state topic
 holds N snapshots. A few of them (the probes) are then sent a message, and a `convdb runner` with
 an empty data dir (a machine that never owned the partition: it restores from the state topic)
-is started. From the moment it began taking the partition (its `assigned` line, less the restore
-it reports there), the time to the first probe's step and to the last one: how soon a partition
-of N conversations starts serving, and how soon a conversation anywhere in it is served.
+is started. From the moment it began taking the partition (the start of its assignment callback,
+the `began` of its `assigned` line), the time to the first probe's step and to the last one: how
+soon a partition of N conversations starts serving, and how soon a conversation anywhere in it is
+served.
 """
 
 from __future__ import annotations
@@ -76,8 +77,9 @@ def curve(ctx: BenchContext, sizes: tuple[int, ...], probes: int) -> Figures:
     ctx.notes.append(
         f"fleet takeover: one partition of {', '.join(f'{n:,}' for n in sizes)} conversations, each run "
         f"once (snapshot at its stop); {probes} of them sent a message before a `convdb runner` with an "
-        "empty data dir (restore from the state topic) starts; times from its taking the partition (its "
-        "`assigned` line less the restore it reports) to the first and the last probe's step; growth "
+        "empty data dir (restore from the state topic) starts; times from its taking the partition (the "
+        "start of its assignment callback: fencing and restore included) to the first and the last "
+        "probe's step; growth "
         "1 = linear"
     )
     return figures
@@ -126,6 +128,9 @@ def _answered(settings: Settings, asked: list[str]) -> bool:
 
 
 def _times(runner: RunnerChild, settings: Settings, asked: list[str]) -> tuple[float, float, float | None]:
+    """(first probe served, last probe served) from the moment the runner began taking partition
+    0 (its assignment callback's start: fencing, reading and restoring included), and the read
+    its restore reports."""
     assigned = [
         line for line in runner.lines() if line["event"] == "assigned" and 0 in line.get("partitions", [])
     ]
@@ -135,7 +140,7 @@ def _times(runner: RunnerChild, settings: Settings, asked: list[str]) -> tuple[f
         r for r in assigned[0].get("restored") or [] if isinstance(r, dict) and r.get("partition") == 0
     ]
     restore_ms = float(reports[0]["ms"]) if reports and "ms" in reports[0] else None
-    began = float(assigned[0]["at"]) - (restore_ms or 0.0) / 1000
+    began = float(assigned[0]["began"])
     times = read_steps(settings).times
     served = [times[cid][-1] - began for cid in asked]
     return min(served), max(served), restore_ms

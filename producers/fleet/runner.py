@@ -154,6 +154,7 @@ class FleetRunner:
     def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         """Own the partitions given (all of them after an eager rebalance, the new ones after an
         incremental one): a partition this runner kept is never restored again."""
+        began = time.time()
         wanted = sorted(tp.partition for tp in partitions)
         self._bump(wanted)
         # (positions start at the committed offsets; a partition paused by `_rebuild` is resumed)
@@ -176,6 +177,7 @@ class FleetRunner:
         self.ctx.metrics.partitions.set(len(self.owners))
         self.emit(
             "assigned",
+            began=began,
             partitions=sorted(self._assigned),
             added=wanted,
             restored=reports,
