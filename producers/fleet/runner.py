@@ -49,6 +49,9 @@ DEADLINE_CHECK_S = 0.5
 """How often a runner looks for delegation deadlines that passed."""
 RESTORE_THREADS = 4
 """Partitions a runner restores at once when it is given several (`FleetRunner._restore`)."""
+RESTORE_SLICE_S = 0.01
+"""How long a runner restores pending (quiet) conversations between two records it handles
+(`_restore_slice`); a pending conversation is restored at once by its first inbox record anyway."""
 
 
 class StopPoints(CrashPoints):
@@ -260,9 +263,14 @@ class FleetRunner:
     # -- the loop ------------------------------------------------------------------------------------
     @property
     def idle(self) -> bool:
-        """True when no takeover and no fetched record is pending (work the loop does before it
-        waits in its next poll)."""
-        return not self._takeover and not self._pending
+        """True when no takeover, no fetched record and no conversation restore is pending (work
+        the loop does before it waits in its next poll)."""
+        return not self._takeover and not self._pending and not self._restoring
+
+    @property
+    def _restoring(self) -> bool:
+        """True while a partition taken over has quiet conversations not restored yet."""
+        return any(owner.conversations.pending for owner in self.owners.values())
 
     def serve(self, stop: Callable[[FleetRunner], bool], poll_timeout: float = 0.2) -> None:
         """Run until `stop(self)` is true (checked between records, once pending takeovers are done)."""
@@ -283,8 +291,9 @@ class FleetRunner:
                 unassigned = self.assignment.check()
                 if unassigned:
                     self.emit("unassigned", detail=unassigned)
-                self._fetch(0 if self._pending else poll_timeout)
+                self._fetch(0 if self._pending or self._restoring else poll_timeout)
                 self._handle_next()
+                self._restore_slice()
         finally:
             self.health.stopped = True
             self.at_exit = self.conversations()
@@ -310,6 +319,16 @@ class FleetRunner:
                     if self._guarded(p, work) is False or not self._between(p):
                         break
             self.last_activity = time.monotonic()
+
+    def _restore_slice(self) -> None:
+        """Restore some pending conversations of a partition taken over (`lazy`) between the
+        records handled: a takeover serves its first conversations before the quiet rest is
+        restored, and the rest is restored while the runner has nothing else to do."""
+        for p, owner in list(self.owners.items()):
+            if owner.conversations.pending:
+                if not owner.restore_pending(RESTORE_SLICE_S):
+                    self.emit("restored_all", partition=p, conversations=len(owner.conversations))
+                return
 
     def _deadlines(self) -> None:
         """Parents whose delegation deadline passed observe what their children reported by then.
