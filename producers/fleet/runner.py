@@ -22,7 +22,14 @@ from datetime import UTC, datetime
 from functools import partial
 from typing import Any, TextIO
 
-from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
+from confluent_kafka import (
+    TIMESTAMP_NOT_AVAILABLE,
+    Consumer,
+    KafkaError,
+    KafkaException,
+    Message,
+    TopicPartition,
+)
 from prometheus_client import CollectorRegistry
 from prometheus_client import Counter as MetricCounter
 
@@ -100,6 +107,8 @@ class FleetRunner:
         """Partitions whose writer was dropped after a failed or fenced write: rebuilt after poll
         number N, not before time T (`_rebuild_broken`), if the group still gives them to us."""
         self._polls = 0
+        self._unfetched: set[int] = set()
+        """Partitions assigned whose first inbox record since has not come (`first_record` line)."""
         self._epochs: dict[int, int] = {}
         """Partition -> rebalance callbacks that named it: a record fetched under an older epoch of
         its partition is stale (its position was reset, or it is another runner's now)."""
@@ -163,6 +172,7 @@ class FleetRunner:
         # (positions start at the committed offsets; a partition paused by `_rebuild` is resumed)
         self._unsynced |= self._paused.intersection(wanted)
         self._assigned |= set(wanted)
+        self._unfetched |= set(wanted)
         self.intake.forget(self._assigned)
         for p in [p for p in self.trouble.failing if p not in self._assigned]:
             self.trouble.forget(p)
@@ -227,6 +237,7 @@ class FleetRunner:
         now, so they are closed."""
         gone = sorted(tp.partition for tp in partitions)
         self._bump(gone)
+        self._unfetched.difference_update(gone)
         self._unsynced.difference_update(gone)
         self._assigned.difference_update(gone)
         for p in gone:
@@ -244,6 +255,7 @@ class FleetRunner:
 
     def _on_lost(self, _consumer: Consumer, partitions: list[TopicPartition]) -> None:
         self._bump(tp.partition for tp in partitions)
+        self._unfetched.difference_update(tp.partition for tp in partitions)
         self._unsynced.difference_update(tp.partition for tp in partitions)
         self._assigned.difference_update(tp.partition for tp in partitions)
         for tp in partitions:
@@ -487,7 +499,21 @@ class FleetRunner:
                 self._transport_error(err)
                 continue
             partition = coordinates(msg)[1]
+            if partition in self._unfetched:
+                self._first_record(partition, msg)
             self._pending.append((self._epochs.get(partition, 0), msg))
+
+    def _first_record(self, partition: int, msg: Message) -> None:
+        """Say when a partition's first inbox record since its assignment came, and when it was
+        written: how long a takeover kept records waiting is told apart from how long none came."""
+        self._unfetched.discard(partition)
+        kind, written_ms = msg.timestamp()
+        self.emit(
+            "first_record",
+            partition=partition,
+            offset=coordinates(msg)[2],
+            written=written_ms / 1000 if kind != TIMESTAMP_NOT_AVAILABLE else None,
+        )
 
     def _between(self, partition: int) -> bool:
         """Serve rebalance callbacks between two conversations' work (`_fetch` without waiting);
