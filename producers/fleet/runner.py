@@ -526,7 +526,12 @@ class FleetRunner:
     def _handle_next(self) -> None:
         """Handle the pending records of the first pending record's partition, in inbox order, as
         one batch (`InboxBatch`); stale records (fetched before a rebalance moved or reset their
-        partition) are dropped, the consumer reads them again from the committed offset."""
+        partition) are dropped, the consumer reads them again from the committed offset.
+
+        Partitions take turns: after a run, when other partitions' records wait, the rest of this
+        partition's go behind theirs (`_requeue`), so a backlog (a partition taken over, with
+        records queued while it had no runner) delays each other partition by one run, not by
+        all of its own."""
         if not self._pending:
             return
         partition = coordinates(self._pending[0][1])[1]
@@ -534,9 +539,31 @@ class FleetRunner:
         self._pending = deque((e, m) for e, m in self._pending if coordinates(m)[1] != partition)
         epoch = self._epochs.get(partition, 0)
         records = [m for e, m in mine if e == epoch]
-        if records and partition in self.owners:
+        if not records or partition not in self.owners:
+            return
+        left: list[Message] = []
+
+        def work() -> None:
             between = partial(self._between, partition)
-            self._guarded(partition, partial(self.intake.handle_partition, partition, records, between))
+            others = partial(self._others_wait, partition)
+            left.extend(self.intake.handle_partition(partition, records, between, others))
+
+        if self._guarded(partition, work) and left:
+            self._requeue(partition, epoch, left)
+
+    def _others_wait(self, partition: int) -> bool:
+        """True when records of another partition than `partition` are pending."""
+        return any(coordinates(m)[1] != partition for _, m in self._pending)
+
+    def _requeue(self, partition: int, epoch: int, records: list[Message]) -> None:
+        """Put a partition's unhandled records back: behind the other partitions' records, ahead
+        of its own fetched meanwhile (a partition's records are handled in inbox order)."""
+        if self._epochs.get(partition, 0) != epoch:
+            return  # moved or reset meanwhile: read again from the committed offset
+        queue = list(self._pending)
+        at = next((i for i, (_, m) in enumerate(queue) if coordinates(m)[1] == partition), len(queue))
+        queue[at:at] = [(epoch, m) for m in records]
+        self._pending = deque(queue)
 
     def _transport_error(self, err: KafkaError) -> None:
         if err.code() == KafkaError._PARTITION_EOF or err.retriable():
