@@ -2,8 +2,9 @@
 
 Starts the embedded broker (`--broker embedded`, the default), an Apache Kafka node
 (`--broker apache`, needs Java) or both (`--broker both`: every benchmark on the embedded broker,
-and the broker-bound ones, publish, sink, e2e and ingest, on Apache Kafka too, side by side in the report);
-`CONVDB_BOOTSTRAP_SERVERS` overrides them. Exit 1 with a message if any benchmark fails: a
+and the broker-bound ones, publish, sink, e2e and ingest, on Apache Kafka too, side by side in the report;
+the fleet, on a 3-broker cluster, in a section of its own per broker); `CONVDB_BOOTSTRAP_SERVERS`
+overrides them. Exit 1 with a message if any benchmark fails: a
 missing figure is never reported as a measured one.
 """
 
@@ -161,8 +162,18 @@ def run_size(args: argparse.Namespace, size: str) -> int:
 
 
 def run_group(args: argparse.Namespace, size: str, names: tuple[str, ...]) -> int:
-    """Run benchmarks at one size, print them and write their section of RESULTS.md."""
+    """Run benchmarks at one size, print them and write their section of RESULTS.md.
+
+    A benchmark with a section of its own writes one per broker: with `--broker both` it runs on
+    each in turn (the fleet on a 3-broker cluster, not beside one node), each in its section.
+    """
     own = names[0] if names[0] in OWN_SECTION else None
+    if own is not None and args.broker == "both" and own in BROKER_BOUND:
+        for kind in ("embedded", "apache"):
+            code = run_group(argparse.Namespace(**{**vars(args), "broker": kind}), size, names)
+            if code:
+                return code
+        return 0
     repeats = args.repeats or (5 if size == "large" else 3)
     started = time.monotonic()
     first = "apache" if args.broker == "apache" else "embedded"
@@ -188,7 +199,7 @@ def run_group(args: argparse.Namespace, size: str, names: tuple[str, ...]) -> in
     if not args.no_write:
         existing = RESULTS.read_text() if RESULTS.exists() else ""
         text = markdown(figures, meta, size, repeats, notes, first, compared, only=own)
-        key = f"{own}:{size}" if own else size
+        key = (f"{own}:{size}" + (":apache" if first == "apache" else "")) if own else size
         RESULTS.write_text(with_section(existing, key, text))
         print(f"bench: wrote the {key} section of {RESULTS}", file=sys.stderr)
     if args.json:

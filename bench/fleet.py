@@ -35,7 +35,7 @@ from bench.fleetprocs import (
 from bench.fleetstats import Window, event_figures, usual_gap
 from bench.fleettakeover import FIGURES as CURVE_FIGURES
 from bench.fleettakeover import curve
-from convdb.infra.kafka import consumer_config, group_timeouts_ms
+from convdb.infra.kafka import group_timeouts_ms, rebalance_config
 from convdb.infra.settings import Settings
 
 PARTITIONS = 12
@@ -104,7 +104,7 @@ def _event_meta() -> dict[str, tuple[str, str, str]]:
         meta[f"{p}_takeover_p50_s"] = (f"{what}: takeover, release -> first step (p50)", "s", "")
         meta[f"{p}_takeover_max_s"] = (f"{what}: takeover, release -> first step (max)", "s", "")
         meta[f"{p}_resume_after_assign_p99_s"] = (
-            f"{what}: new assignment -> first step (p99)",
+            f"{what}: new assignment (or its message, if later) -> first step (p99)",
             "s",
             "<= 2 at 1k/partition",
         )
@@ -223,7 +223,7 @@ class Fleet:
         time.sleep(self.size.period_s)
         self.pacer.stop()
         time.sleep(self.size.period_s)
-        steps = read_steps(self.settings)
+        steps = replace(read_steps(self.settings), sent=self.pacer.sends)
         figures = self._figures(steps, set(live), quiet)
         ctx.notes.append(self._note(len(live), len(idle), fill_s))
         return figures
@@ -293,9 +293,11 @@ class Fleet:
         return figures
 
     def _note(self, live: int, idle: int, fill_s: float) -> str:
-        conf = consumer_config(self.settings, "x")
+        conf = rebalance_config(self.settings, incremental=True)  # the runners' (`runner_config`)
         protocol = conf.get("group.protocol", "classic")
-        assignor = conf.get("partition.assignment.strategy", "(broker-side)")
+        assignor = (
+            conf.get("partition.assignment.strategy") or f"{conf.get('group.remote.assignor')} (broker-side)"
+        )
         spans = ", ".join(f"{w.name} {w.t1 - w.t0:.1f} s" for w in self.windows)
         return (
             f"fleet: {PARTITIONS} partitions, {self.size.runners} `convdb runner` processes (+1 joining), "

@@ -165,6 +165,8 @@ class Pacer(threading.Thread):
         self.period_s = period_s
         self.stopping = threading.Event()
         self.sent = 0
+        self.sends: dict[str, list[float]] = {}
+        """Conversation -> when each of its messages was sent (wall clock, in order)."""
         self.error: BaseException | None = None
 
     def run(self) -> None:
@@ -181,6 +183,7 @@ class Pacer(threading.Thread):
                 if wait > 0 and self.stopping.wait(wait):
                     break
                 cid = self.conversations[self.sent % len(self.conversations)]
+                self.sends.setdefault(cid, []).append(time.time())
                 producer.produce_raw(topic, cid, codec.encode(message(cid, f"tick {self.sent}")))
                 producer.producer.poll(0)
                 self.sent += 1
@@ -220,6 +223,16 @@ class Steps:
 
     times: dict[str, list[float]]
     partition: dict[str, int]
+    sent: dict[str, list[float]] = field(default_factory=dict)
+    """Conversation -> when the pacer sent each of its messages (empty: not known)."""
+
+    def ready(self, cid: str, step: int) -> float | None:
+        """When the message that step number `step` of `cid` answers was sent: the first sent after
+        the conversation's previous step (messages are answered in order, one step each); None
+        when not known."""
+        ts = self.times[cid]
+        after = ts[step - 1] if step > 0 else float("-inf")
+        return next((t for t in self.sent.get(cid, []) if after < t <= ts[step]), None)
 
     def count_between(self, t0: float, t1: float) -> int:
         """Steps of every conversation in [t0, t1)."""

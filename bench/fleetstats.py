@@ -71,17 +71,22 @@ def takeovers(
 ) -> dict[int, tuple[float, float]]:
     """Moved partition -> (release -> first step served by its new owner, its assignment -> that step).
 
-    Assignment: the new owner's last `assigned` line for it in the window (on an eager runner that
-    line comes after the restore it reports). Release: the last `revoked`/`lost` line for it
-    before that (a span of several rebalances counts only the last move), else the moment its old
-    owner was killed, else the event's start.
+    The second is counted from the message that step answers when it was sent after the
+    assignment (`Steps.ready`): a partition with no message waiting is not slow to resume, it
+    has nothing to do yet (on Apache Kafka the bench's partitions get a message every few
+    seconds, which made "assignment -> first step" 5-10 s there).
+
+    Assignment: the new owner's last `assigned` line for it in the window, from the start of its
+    assignment callback (`began`: the fencing and restore the line reports come after it).
+    Release: the last `revoked`/`lost` line for it before that (a span of several rebalances
+    counts only the last move), else the moment its old owner was killed, else the event's start.
     """
     out: dict[int, tuple[float, float]] = {}
     for p, (old, new) in moved.items():
         if new is None:
             continue
         assigned = [
-            _at(line)
+            float(line.get("began") or line["at"])  # type: ignore[arg-type]
             for line in lines
             if line["runner"] == new
             and line["event"] in ("assigned", "restored")
@@ -92,11 +97,17 @@ def takeovers(
             continue
         release = _release(lines, window, old, p, assigned[-1])
         served = [
-            t for cid, ts in steps.times.items() if steps.partition[cid] == p for t in ts if t > assigned[-1]
+            (t, cid, i)
+            for cid, ts in steps.times.items()
+            if steps.partition[cid] == p
+            for i, t in enumerate(ts)
+            if t > assigned[-1]
         ]
         if served:
-            first = min(served)
-            out[p] = (first - release, first - assigned[-1])
+            first, cid, i = min(served)
+            # From the assignment, or from the message's arrival when none waited for the new owner.
+            ready = max(assigned[-1], steps.ready(cid, i) or assigned[-1])
+            out[p] = (first - release, first - ready)
     return out
 
 

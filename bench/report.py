@@ -140,7 +140,12 @@ def markdown(
 SIZES = ("small", "large")
 OWN_SECTIONS = ("fleet", "capacity")
 """Benchmarks with a section of their own per size (`python -m bench --only NAME`)."""
-SECTIONS = (*SIZES, *(f"{name}:{size}" for name in OWN_SECTIONS for size in SIZES))
+SECTIONS = (
+    *SIZES,
+    *(f"{name}:{size}{on}" for name in OWN_SECTIONS for size in SIZES for on in ("", ":apache")),
+)
+"""Section keys: a size (the main table), `NAME:SIZE` (a benchmark of its own on the embedded
+broker), `NAME:SIZE:apache` (the same on Apache Kafka)."""
 
 
 def with_section(existing: str, key: str, text: str) -> str:
@@ -148,16 +153,20 @@ def with_section(existing: str, key: str, text: str) -> str:
 
     Each `python -m bench --size S` run owns one section, so a small and a large run both stay
     on record (`--size both` runs and writes them together); `--only fleet` and `--only
-    capacity` own a section per size too (key `fleet:small`, ...).
+    capacity` own a section per size and broker too (key `fleet:small`, `fleet:small:apache`, ...).
     """
+    if key not in SECTIONS:
+        raise ValueError(f"no RESULTS.md section {key!r} (one of {', '.join(SECTIONS)})")
     sections = {s: _section(existing, s) for s in SECTIONS}
     body = text.split("\n", 1)[1] if text.startswith("# ") else text
-    name, _, size = key.rpartition(":")
+    name, size, *on = key.split(":") if ":" in key else ("", key)
     command = f"--only {name} --size {size}" if name else f"--size {size}"
+    command += "".join(f" --broker {broker}" for broker in on)
     sections[key] = f"## `python -m bench {command}`\n{body}"
     intro = (
         "One section per size; `python -m bench --size both` writes both. The fleet and capacity "
-        "benchmarks run only when named (`--only fleet`, `--only capacity`) and write sections of their own."
+        "benchmarks run only when named (`--only fleet`, `--only capacity`) and write sections of their own, "
+        "one per broker (`--broker both` writes the embedded broker's and Apache Kafka's)."
     )
     parts = ["# convdb benchmark results", "", intro, ""]
     for name in SECTIONS:

@@ -42,12 +42,21 @@ class GraphBook:
     _graphs: dict[str, Any] = field(default_factory=dict)
     _errors: dict[str, Exception] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
+    _installed: frozenset[str] | None = None
 
     def hosts(self, name: str | None) -> bool:
         """True when conversations under `name` (None: the runner's default) run a graph here."""
         if name is None:
             return self.default is not None
-        return name == self.default or name in installed_graphs()
+        return name == self.default or name in self.installed()
+
+    def installed(self) -> frozenset[str]:
+        """The installed graphs' names, read once per book: `hosts` is asked for every conversation
+        a runner creates or restores, and reading the entry points scans every installed package's
+        metadata (22 ms here: a takeover of 1,000 conversations spent 22 s in it)."""
+        if self._installed is None:
+            self._installed = frozenset(installed_graphs())
+        return self._installed
 
     def name_of(self, name: str | None) -> str:
         """The graph's name (`name`, or the default)."""

@@ -44,7 +44,10 @@ class Owner(SnapshotBook, Protocol):
     ctx: Any
     publisher: TransactionalPublisher
     sink: Any
-    conversations: dict[str, Conversation]
+
+    @property
+    def conversations(self) -> dict[str, Conversation]:
+        """The partition's conversations by id (`PartitionOwner.conversations`)."""
 
 
 @dataclass

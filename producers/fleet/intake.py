@@ -81,33 +81,43 @@ class Intake:
         self.careful = {p: o for p, o in self.careful.items() if p in keep}
 
     def handle_partition(
-        self, partition: int, msgs: list[Message], between: Callable[[], bool] = lambda: True
-    ) -> None:
+        self,
+        partition: int,
+        msgs: list[Message],
+        between: Callable[[], bool] = lambda: True,
+        turn_over: Callable[[], bool] = lambda: False,
+    ) -> list[Message]:
         """Stage OpenHands payloads and dead letters; a user message or command commits what is
         staged, then runs on its own (`handle`); the rest commits at the end, in one transaction.
 
         `between` is called after each run (the runner serves its rebalance callbacks there); when
         it answers False the partition is no longer ours as it was, and the rest is left to be
-        read again from the committed offset.
+        read again from the committed offset. After each run `turn_over` says whether other
+        partitions' records wait: then the records not handled yet are returned (nothing of them
+        is staged), for the runner to handle after theirs; else every record is handled and the
+        list is empty.
 
         After a commit failed for a record's own fault (`limits.record_fault`), the records of
         that batch commit one by one (`careful`), so the next failure names its record, which is
         then dead-lettered (`faults`) when it comes again.
         """
         batch = InboxBatch(self.owners[partition])
-        for msg in msgs:
+        for i, msg in enumerate(msgs):
             self.touch()
             record = self._stage(batch, msg)
             if record is not None:
                 self._commit(batch)
                 self._run(msg, record)
                 if not between():
-                    return
+                    return []
+                if i + 1 < len(msgs) and turn_over():
+                    return msgs[i + 1 :]
             elif self.careful.get(partition, -1) >= coordinates(msg)[2]:
                 self._commit(batch)
         self._commit(batch)
         if msgs and self.careful.get(partition, -1) <= coordinates(msgs[-1])[2]:
             self.careful.pop(partition, None)
+        return []
 
     def _stage(self, batch: InboxBatch, msg: Message) -> InboxMessage | None:
         """Stage an OpenHands payload or a dead letter in `batch`; a user message or command to run."""

@@ -7,6 +7,7 @@ any older writer of the partition (a zombie runner) before anything is read or w
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -26,8 +27,9 @@ from convdb.producers.errors import (
     UnknownAgentError,
 )
 from convdb.producers.fleet import external
+from convdb.producers.fleet.lazy import Conversations, is_quiet
 from convdb.producers.fleet.limits import check_sizes, fit_dead_letter
-from convdb.producers.fleet.restore import Refused, restore_conversation, restore_partition
+from convdb.producers.fleet.restore import PartitionTail, Refused, restore_conversation, restore_partition
 from convdb.producers.fleet.sink import PartitionSink
 from convdb.producers.fleet.snapshot import build_snapshot
 from convdb.producers.fleet.store import SnapshotStore
@@ -88,9 +90,19 @@ class PartitionOwner:
         self.ctx = ctx
         self.partition = partition
         self.transactional_id = transactional_id(ctx.settings, partition)
+        started = time.perf_counter()
         self.publisher = TransactionalPublisher(ctx.settings, ctx.codec, self.transactional_id)
+        self.fence_s = time.perf_counter() - started
+        """How long fencing the previous writer took (`init_transactions`)."""
         self.sink = PartitionSink(self.publisher, consumer, INBOX.name(ctx.settings.namespace), partition)
-        self.conversations: dict[str, Conversation] = {}
+        self.conversations = Conversations(self._restore_pending)
+        """Restored conversations, and quiet ones restored on first lookup (`lazy`)."""
+        self._tail: PartitionTail | None = None
+        """The takeover's read, kept while conversations of it are pending."""
+        graphs = ctx.runtime.graphs
+        self.lazy = graphs is None or (graphs.default is None and not graphs.installed())
+        """Whether quiet conversations are restored when needed (`lazy`); a runner that hosts
+        LangGraph graphs restores every conversation with its partition, as it always did."""
         self.unavailable: dict[str, Exception] = {}
         """Restored conversations whose agent does not load here, and why (never run)."""
         self.external: dict[str, OpenHandsState] = {}
@@ -102,38 +114,85 @@ class PartitionOwner:
 
     # -- restore ------------------------------------------------------------------------
     def restore(self) -> dict[str, object]:
-        """Rebuild every conversation of the partition from snapshots and tails.
+        """Rebuild the partition's conversations from snapshots and tails: those that may have work
+        now, the quiet rest when first needed (`lazy`, `restore_pending`).
 
         Records of the partition's state, events and effects topics that are not what they
         should be (another producer's, undecodable, refused by the fold) are dead-lettered and
         skipped: one such record never stops a restore (nor, so, the runner).
         """
+        started = time.perf_counter()
         tail = restore_partition(self.ctx.settings, self.ctx.codec, self.ctx.store, self.partition)
         self.events_end, self.effects_end = tail.events_end, tail.effects_end
         refused = list(tail.refused)
+        pending = {
+            cid: snap
+            for cid, snap in tail.snapshots.items()
+            if self.lazy and is_quiet(snap, self.ctx.codec, cid in tail.events or cid in tail.ledger)
+        }
         found = {
             cid: restore_conversation(self.ctx.codec, tail, cid, refused)
             for cid in {*tail.snapshots, *tail.events}
+            if cid not in pending
         }
         restored = {cid: r for cid, r in found.items() if r is not None}
+        self.conversations.pending = pending
+        self._tail = tail if pending else None
         for cid, (state, positions) in restored.items():
-            snap = tail.snapshots.get(cid)
-            tenant = state.view.tenant_id or (snap.tenant_id if snap else "")
-            prefix = self._fork_prefix(state.view, restored)
-            self.create(cid, tenant, state=state, positions=positions, prefix=prefix)
+            self._create_restored(tail, cid, state, positions, restored)
         self._dead_letter(refused)
         self.report = {
             "partition": self.partition,
             "source": tail.source,
-            "conversations": len(self.conversations),
+            "conversations": len(self.conversations) + len(pending),
+            "restored_now": len(self.conversations),
+            "pending": len(pending),
             "state_read": tail.state_read,
             "events_read": tail.events_read,
             "effects_read": tail.effects_read,
             "tail_events": {cid: len(v) for cid, v in tail.events.items()},
             "refused": len(refused),
             "ms": round(tail.seconds * 1000, 2),
+            "fence_ms": round(self.fence_s * 1000, 2),
+            "restore_ms": round((time.perf_counter() - started) * 1000, 2),
         }
         return self.report
+
+    def _create_restored(
+        self,
+        tail: PartitionTail,
+        cid: str,
+        state: ConversationState,
+        positions: LogPositions,
+        restored: dict[str, Restored],
+    ) -> Conversation:
+        snap = tail.snapshots.get(cid)
+        tenant = state.view.tenant_id or (snap.tenant_id if snap else "")
+        prefix = self._fork_prefix(state.view, restored)
+        return self.create(cid, tenant, state=state, positions=positions, prefix=prefix)
+
+    def _restore_pending(self, cid: str) -> None:
+        """Restore one pending conversation (its snapshot alone: it has no tail)."""
+        snap = self.conversations.pending.pop(cid, None)
+        if snap is None or self._tail is None:
+            return
+        tail = self._tail
+        if not self.conversations.pending:
+            self._tail = None
+        found = restore_conversation(self.ctx.codec, tail, cid, [])
+        if found is not None:
+            self._create_restored(tail, cid, *found, {})
+
+    def restore_pending(self, budget_s: float) -> int:
+        """Restore pending conversations for about `budget_s` seconds (at least one); how many
+        remain pending."""
+        pending = self.conversations.pending
+        started = time.perf_counter()
+        while pending:
+            self._restore_pending(next(iter(pending)))
+            if time.perf_counter() - started >= budget_s:
+                break
+        return len(pending)
 
     def _dead_letter(self, refused: list[Refused]) -> None:
         """The records a restore refused, to the DLQ in one transaction (again at each restore
@@ -161,7 +220,13 @@ class PartitionOwner:
         if not isinstance(fork, ForkEvent) or depth > 8:
             return ()
         source = restored.get(fork.source_conversation_id)
-        source_view = source[0].view if source else self._read_elsewhere(fork.source_conversation_id)
+        if source is not None:
+            source_view: ViewState | None = source[0].view
+        else:  # restored already, or pending (restored now), or another partition's
+            conv = self.conversations.get(fork.source_conversation_id)
+            source_view = (
+                conv.state.view if conv is not None else self._read_elsewhere(fork.source_conversation_id)
+            )
         if source_view is None:
             logger.warning("fork %s: source %s not found", view.conversation_id, fork.source_conversation_id)
             return ()
@@ -406,6 +471,7 @@ class PartitionOwner:
     def close(self) -> None:
         """Drop the conversations and release the producer (without writing anything)."""
         self.conversations.clear()
+        self._tail = None
         self.publisher.producer.purge()
 
 

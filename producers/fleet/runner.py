@@ -22,7 +22,14 @@ from datetime import UTC, datetime
 from functools import partial
 from typing import Any, TextIO
 
-from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
+from confluent_kafka import (
+    TIMESTAMP_NOT_AVAILABLE,
+    Consumer,
+    KafkaError,
+    KafkaException,
+    Message,
+    TopicPartition,
+)
 from prometheus_client import CollectorRegistry
 from prometheus_client import Counter as MetricCounter
 
@@ -49,6 +56,9 @@ DEADLINE_CHECK_S = 0.5
 """How often a runner looks for delegation deadlines that passed."""
 RESTORE_THREADS = 4
 """Partitions a runner restores at once when it is given several (`FleetRunner._restore`)."""
+RESTORE_SLICE_S = 0.01
+"""How long a runner restores pending (quiet) conversations between two records it handles
+(`_restore_slice`); a pending conversation is restored at once by its first inbox record anyway."""
 
 
 class StopPoints(CrashPoints):
@@ -97,6 +107,8 @@ class FleetRunner:
         """Partitions whose writer was dropped after a failed or fenced write: rebuilt after poll
         number N, not before time T (`_rebuild_broken`), if the group still gives them to us."""
         self._polls = 0
+        self._unfetched: set[int] = set()
+        """Partitions assigned whose first inbox record since has not come (`first_record` line)."""
         self._epochs: dict[int, int] = {}
         """Partition -> rebalance callbacks that named it: a record fetched under an older epoch of
         its partition is stale (its position was reset, or it is another runner's now)."""
@@ -154,11 +166,13 @@ class FleetRunner:
     def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         """Own the partitions given (all of them after an eager rebalance, the new ones after an
         incremental one): a partition this runner kept is never restored again."""
+        began = time.time()
         wanted = sorted(tp.partition for tp in partitions)
         self._bump(wanted)
         # (positions start at the committed offsets; a partition paused by `_rebuild` is resumed)
         self._unsynced |= self._paused.intersection(wanted)
         self._assigned |= set(wanted)
+        self._unfetched |= set(wanted)
         self.intake.forget(self._assigned)
         for p in [p for p in self.trouble.failing if p not in self._assigned]:
             self.trouble.forget(p)
@@ -176,6 +190,7 @@ class FleetRunner:
         self.ctx.metrics.partitions.set(len(self.owners))
         self.emit(
             "assigned",
+            began=began,
             partitions=sorted(self._assigned),
             added=wanted,
             restored=reports,
@@ -222,6 +237,7 @@ class FleetRunner:
         now, so they are closed."""
         gone = sorted(tp.partition for tp in partitions)
         self._bump(gone)
+        self._unfetched.difference_update(gone)
         self._unsynced.difference_update(gone)
         self._assigned.difference_update(gone)
         for p in gone:
@@ -239,6 +255,7 @@ class FleetRunner:
 
     def _on_lost(self, _consumer: Consumer, partitions: list[TopicPartition]) -> None:
         self._bump(tp.partition for tp in partitions)
+        self._unfetched.difference_update(tp.partition for tp in partitions)
         self._unsynced.difference_update(tp.partition for tp in partitions)
         self._assigned.difference_update(tp.partition for tp in partitions)
         for tp in partitions:
@@ -258,9 +275,14 @@ class FleetRunner:
     # -- the loop ------------------------------------------------------------------------------------
     @property
     def idle(self) -> bool:
-        """True when no takeover and no fetched record is pending (work the loop does before it
-        waits in its next poll)."""
-        return not self._takeover and not self._pending
+        """True when no takeover, no fetched record and no conversation restore is pending (work
+        the loop does before it waits in its next poll)."""
+        return not self._takeover and not self._pending and not self._restoring
+
+    @property
+    def _restoring(self) -> bool:
+        """True while a partition taken over has quiet conversations not restored yet."""
+        return any(owner.conversations.pending for owner in self.owners.values())
 
     def serve(self, stop: Callable[[FleetRunner], bool], poll_timeout: float = 0.2) -> None:
         """Run until `stop(self)` is true (checked between records, once pending takeovers are done)."""
@@ -281,8 +303,9 @@ class FleetRunner:
                 unassigned = self.assignment.check()
                 if unassigned:
                     self.emit("unassigned", detail=unassigned)
-                self._fetch(0 if self._pending else poll_timeout)
+                self._fetch(0 if self._pending or self._restoring else poll_timeout)
                 self._handle_next()
+                self._restore_slice()
         finally:
             self.health.stopped = True
             self.at_exit = self.conversations()
@@ -308,6 +331,16 @@ class FleetRunner:
                     if self._guarded(p, work) is False or not self._between(p):
                         break
             self.last_activity = time.monotonic()
+
+    def _restore_slice(self) -> None:
+        """Restore some pending conversations of a partition taken over (`lazy`) between the
+        records handled: a takeover serves its first conversations before the quiet rest is
+        restored, and the rest is restored while the runner has nothing else to do."""
+        for p, owner in list(self.owners.items()):
+            if owner.conversations.pending:
+                if not owner.restore_pending(RESTORE_SLICE_S):
+                    self.emit("restored_all", partition=p, conversations=len(owner.conversations))
+                return
 
     def _deadlines(self) -> None:
         """Parents whose delegation deadline passed observe what their children reported by then.
@@ -466,7 +499,21 @@ class FleetRunner:
                 self._transport_error(err)
                 continue
             partition = coordinates(msg)[1]
+            if partition in self._unfetched:
+                self._first_record(partition, msg)
             self._pending.append((self._epochs.get(partition, 0), msg))
+
+    def _first_record(self, partition: int, msg: Message) -> None:
+        """Say when a partition's first inbox record since its assignment came, and when it was
+        written: how long a takeover kept records waiting is told apart from how long none came."""
+        self._unfetched.discard(partition)
+        kind, written_ms = msg.timestamp()
+        self.emit(
+            "first_record",
+            partition=partition,
+            offset=coordinates(msg)[2],
+            written=written_ms / 1000 if kind != TIMESTAMP_NOT_AVAILABLE else None,
+        )
 
     def _between(self, partition: int) -> bool:
         """Serve rebalance callbacks between two conversations' work (`_fetch` without waiting);
@@ -479,7 +526,12 @@ class FleetRunner:
     def _handle_next(self) -> None:
         """Handle the pending records of the first pending record's partition, in inbox order, as
         one batch (`InboxBatch`); stale records (fetched before a rebalance moved or reset their
-        partition) are dropped, the consumer reads them again from the committed offset."""
+        partition) are dropped, the consumer reads them again from the committed offset.
+
+        Partitions take turns: after a run, when other partitions' records wait, the rest of this
+        partition's go behind theirs (`_requeue`), so a backlog (a partition taken over, with
+        records queued while it had no runner) delays each other partition by one run, not by
+        all of its own."""
         if not self._pending:
             return
         partition = coordinates(self._pending[0][1])[1]
@@ -487,9 +539,31 @@ class FleetRunner:
         self._pending = deque((e, m) for e, m in self._pending if coordinates(m)[1] != partition)
         epoch = self._epochs.get(partition, 0)
         records = [m for e, m in mine if e == epoch]
-        if records and partition in self.owners:
+        if not records or partition not in self.owners:
+            return
+        left: list[Message] = []
+
+        def work() -> None:
             between = partial(self._between, partition)
-            self._guarded(partition, partial(self.intake.handle_partition, partition, records, between))
+            others = partial(self._others_wait, partition)
+            left.extend(self.intake.handle_partition(partition, records, between, others))
+
+        if self._guarded(partition, work) and left:
+            self._requeue(partition, epoch, left)
+
+    def _others_wait(self, partition: int) -> bool:
+        """True when records of another partition than `partition` are pending."""
+        return any(coordinates(m)[1] != partition for _, m in self._pending)
+
+    def _requeue(self, partition: int, epoch: int, records: list[Message]) -> None:
+        """Put a partition's unhandled records back: behind the other partitions' records, ahead
+        of its own fetched meanwhile (a partition's records are handled in inbox order)."""
+        if self._epochs.get(partition, 0) != epoch:
+            return  # moved or reset meanwhile: read again from the committed offset
+        queue = list(self._pending)
+        at = next((i for i, (_, m) in enumerate(queue) if coordinates(m)[1] == partition), len(queue))
+        queue[at:at] = [(epoch, m) for m in records]
+        self._pending = deque(queue)
 
     def _transport_error(self, err: KafkaError) -> None:
         if err.code() == KafkaError._PARTITION_EOF or err.retriable():

@@ -56,4 +56,6 @@ def test_the_takeover_curve_serves_its_probes(embedded_broker: BrokerInfo, tmp_p
         first, last = figures[f"fleet_takeover_first_s_{label}"], figures[f"fleet_takeover_all_s_{label}"]
         assert 0 < first <= last < 60, (label, first, last)
         assert figures[f"fleet_takeover_restore_ms_{label}"] > 0
+        assert 0 < figures[f"fleet_takeover_callback_ms_{label}"] / 1000 < first, label
+        assert figures[f"fleet_takeover_restored_all_s_{label}"] > 0, label
     assert "fleet_takeover_growth" in figures

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from bench.fleetprocs import Steps, owners
-from bench.fleetstats import Window, event_figures, gaps_in, growth_exponent, percentile
+from bench.fleetstats import Window, event_figures, gaps_in, growth_exponent, percentile, takeovers
 
 
 def line(runner: str, event: str, at: float, **fields: object) -> dict[str, object]:
@@ -65,6 +65,23 @@ def test_event_figures_split_moved_from_unmoved_and_time_the_takeover() -> None:
     assert taken == {1: (1.5, 0.5)}  # released at 10, assigned at 11, first step at 11.5
     assert figures["f_x_takeover_max_s"] == 1.5
     assert figures["f_x_unmoved_max_ratio"] == 1.0
+
+
+def test_a_takeover_is_timed_from_the_message_when_none_waited_for_the_new_owner() -> None:
+    lines = [
+        line("a", "assigned", 0.0, partitions=[1]),
+        line("b", "assigned", 11.0, began=10.8, partitions=[1]),
+    ]
+    # Its message was sent at 12.9 (after the assignment) and answered at 13.0: 0.1 s, not 2.2 s;
+    # the one sent at 9.0 was answered at 9.1 by the old owner.
+    steps = Steps({"c": [9.1, 13.0]}, {"c": 1}, sent={"c": [9.0, 12.9]})
+    assert steps.ready("c", 1) == 12.9 and steps.ready("c", 0) == 9.0
+    taken = takeovers(lines, steps, Window("x", 10.0, 14.0, {}), {1: ("a", "b")})
+    assert taken[1][0] == pytest.approx(3.0) and taken[1][1] == pytest.approx(0.1)
+    # Without the send times it counts from the start of the assignment callback.
+    assert takeovers(
+        lines, Steps({"c": [9.1, 13.0]}, {"c": 1}), Window("x", 10.0, 14.0, {}), {1: ("a", "b")}
+    )[1][1] == pytest.approx(2.2)
 
 
 def test_growth_exponent_is_one_for_linear_and_less_for_sub_linear() -> None:
