@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import functools
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from datetime import UTC, datetime, timedelta
 from typing import Any, ParamSpec, TypeVar
 
@@ -102,15 +102,19 @@ class LedgerCall:
         return EffectResolved(**self._fields(), decision=decision, resolved_by=resolved_by, note=note)
 
 
-def _context() -> tuple[ConvdbSaver, str, str]:
-    """The saver, thread id and task id of the node this call runs in."""
-    configurable = get_config().get("configurable", {})
+def context_of(config: Mapping[str, Any], wrapper: str) -> tuple[ConvdbSaver, str, str]:
+    """The saver, thread id and task id of the task a run's `config` belongs to; TypeError when
+    the graph's checkpointer is not convdb's (`wrapper` names what needs it)."""
+    configurable = config.get("configurable", {})
     saver = configurable.get("__pregel_checkpointer")
     if not isinstance(saver, ConvdbSaver):
-        raise TypeError(
-            "@convdb.langgraph.effect runs in a graph compiled with checkpointer=ConvdbSaver(...)"
-        )
+        raise TypeError(f"{wrapper} runs in a graph compiled with checkpointer=ConvdbSaver(...)")
     return saver, configurable["thread_id"], configurable["__pregel_task_id"]
+
+
+def _context() -> tuple[ConvdbSaver, str, str]:
+    """The saver, thread id and task id of the node this call runs in."""
+    return context_of(get_config(), "@convdb.langgraph.effect")
 
 
 def effect(

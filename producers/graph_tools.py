@@ -29,7 +29,7 @@ from langchain_core.messages import ToolMessage, message_to_dict, messages_from_
 from langgraph.types import Command
 
 from convdb.producers.errors import EffectError
-from convdb.producers.graph_effects import LedgerCall, Lookup, _run
+from convdb.producers.graph_effects import LedgerCall, Lookup, _run, context_of
 from convdb.producers.graph_saver import ConvdbSaver
 from convdb.producers.tools.base import canonical_json, intent_hash
 from convdb.schemas._types import EffectClass
@@ -122,13 +122,7 @@ class ToolEffects:
 
 def _context(request: ToolCallRequest) -> tuple[ConvdbSaver, str, str]:
     """The saver, thread id and task id of the ToolNode task this call runs in."""
-    configurable = (request.runtime.config or {}).get("configurable", {})
-    saver = configurable.get("__pregel_checkpointer")
-    if not isinstance(saver, ConvdbSaver):
-        raise TypeError(
-            "convdb.langgraph.ToolEffects runs in a graph compiled with checkpointer=ConvdbSaver(...)"
-        )
-    return saver, configurable["thread_id"], configurable["__pregel_task_id"]
+    return context_of(request.runtime.config or {}, "convdb.langgraph.ToolEffects")
 
 
 @contextmanager

@@ -253,11 +253,7 @@ def record_checker(model: type[AvroModel]) -> Checker:
 
 def record_problem(record: AvroModel) -> str | None:
     """Why a record breaks the identifier and text rules, or None (cheap: runs on every record)."""
-    kind = type(record)
-    check = _CHECKERS.get(kind)
-    if check is None:
-        check = _CHECKERS[kind] = _checker(kind)
-    return check(record)
+    return record_checker(type(record))(record)
 
 
 def check_record(record: AvroModel, what: str = "") -> AvroModel:
