@@ -12,8 +12,9 @@ offset they hold: one copy of each event's bytes whichever projectors hold it, w
 first that does (`write_payloads`), so a projector rebuilt alone refers to the same rows.
 
 Backends: a SQLite file (WAL; writers take the lock at BEGIN so two processes never deadlock
-upgrading a read lock) and PostgreSQL through psycopg 3 (offset rows locked FOR UPDATE, so a
-zombie consumer that lost a partition waits, then sees the newer offsets and skips).
+upgrading a read lock, and take turns on a lock file beside it, `convdb.consumers._turns`) and
+PostgreSQL through psycopg 3 (offset rows locked FOR UPDATE, so a zombie consumer that lost a
+partition waits, then sees the newer offsets and skips).
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from sqlalchemy.exc import ArgumentError, SQLAlchemyError
 from convdb.consumers._bulk import bulk_insert as bulk_insert  # re-exported: part of the store API
 from convdb.consumers._bulk import plain_columns, sqlite_upsert
 from convdb.consumers._bulk import sqlite_insert_returning as sqlite_insert_returning  # re-exported
+from convdb.consumers._turns import TurnConnection, begin_in_turn, takes_turns
 from convdb.consumers.errors import StoreError
 
 
@@ -189,13 +191,19 @@ def _sqlite_engine(url: sa.URL, writer: bool, pragmas: tuple[str, ...]) -> Engin
     if url.database and url.database != ":memory:":
         Path(url.database).parent.mkdir(parents=True, exist_ok=True)
     # The driver's cache of prepared statements holds every bulk-insert shape (`_bulk.chunk_sizes`).
-    connect_args = {"timeout": 60, "check_same_thread": False, "cached_statements": 512}
+    connect_args: dict[str, Any] = {"timeout": 60, "check_same_thread": False, "cached_statements": 512}
+    database = url.database or ""
+    turns = writer and takes_turns(database)
+    if turns:
+        connect_args["factory"] = TurnConnection  # writers of several processes take turns
     engine = sa.create_engine(url, connect_args=connect_args)
 
     @event.listens_for(engine, "connect")
     def _connect(dbapi_connection: Any, _record: Any) -> None:
         # Autocommit at the driver level, so that the BEGIN below is the only one emitted.
         dbapi_connection.isolation_level = None
+        if turns:
+            dbapi_connection.use_turns(str(Path(database).resolve()))
         cursor = dbapi_connection.cursor()
         for pragma in pragmas:
             cursor.execute(pragma)
@@ -203,6 +211,8 @@ def _sqlite_engine(url: sa.URL, writer: bool, pragmas: tuple[str, ...]) -> Engin
 
     @event.listens_for(engine, "begin")
     def _begin(conn: Connection) -> None:
+        if writer:
+            begin_in_turn(conn.connection.dbapi_connection)
         conn.exec_driver_sql("BEGIN IMMEDIATE" if writer else "BEGIN")
 
     return engine

@@ -3,8 +3,9 @@
 Conversations are keyed to partitions, so workers that own disjoint partitions write disjoint
 rows (and their own offset rows); each runs the same pipelined `load` as a single-process
 replay. The parent resets the tables first and builds the deferred indexes last. On SQLite
-the workers' write transactions take turns (the decoding and folding between them is what
-runs in parallel); on PostgreSQL they write at once.
+the workers' write transactions take turns on the store's writer lock file
+(`convdb.consumers._turns`: woken as soon as the other commits; the decoding and folding between
+them is what runs in parallel); on PostgreSQL they write at once.
 
 Workers come from a fork server that has imported convdb already, so starting one costs
 tens of milliseconds, not the imports' second.
@@ -16,6 +17,7 @@ import multiprocessing
 import time
 from collections.abc import Callable
 from concurrent.futures import FIRST_EXCEPTION, Future, ProcessPoolExecutor, wait
+from multiprocessing import forkserver
 from typing import Any
 
 from convdb.consumers.archive.replay import (
@@ -43,13 +45,24 @@ _progress: Any = None
 
 
 def shards(segments: dict[str, list[Segment]], processes: int) -> list[dict[str, list[Segment]]]:
-    """The segments split by partition into at most `processes` shards (each partition in one)."""
-    partitions = sorted({s.partition for segs in segments.values() for s in segs})
-    out: list[dict[str, list[Segment]]] = []
-    for i in range(min(processes, len(partitions)) or 1):
-        mine = set(partitions[i::processes])
-        out.append({t: [s for s in segs if s.partition in mine] for t, segs in segments.items()})
-    return out
+    """The segments split by partition into at most `processes` shards (each partition in one),
+    balanced by offsets to read: the largest partition first, each to the shard with the fewest.
+
+    The rebuild lasts as long as its largest shard: with 100 conversations on 4 partitions, taking
+    every other partition gave shards of 43k and 57k of 100k events (measured).
+    """
+    sizes: dict[int, int] = {}
+    for segs in segments.values():
+        for s in segs:
+            sizes[s.partition] = sizes.get(s.partition, 0) + s.stop - s.start
+    count = min(processes, len(sizes)) or 1
+    owned: list[set[int]] = [set() for _ in range(count)]
+    loads = [0] * count
+    for partition in sorted(sizes, key=lambda p: (-sizes[p], p)):
+        least = loads.index(min(loads))
+        owned[least].add(partition)
+        loads[least] += sizes[partition]
+    return [{t: [s for s in segs if s.partition in mine] for t, segs in segments.items()} for mine in owned]
 
 
 def replay_parallel(
@@ -64,12 +77,14 @@ def replay_parallel(
 ) -> ReplayResult:
     """Rebuild the projector `make_projector` builds (a picklable callable) in the store at `url`."""
     started = time.monotonic()
+    context = multiprocessing.get_context("forkserver")
+    context.set_forkserver_preload(PRELOAD)
+    # The fork server imports convdb (about a second) while the tables are reset here.
+    forkserver.ensure_running()
     projector = make_projector()
     engine = open_store(url)
     with engine.begin() as conn:
         deferred = reset(conn, projector)
-    context = multiprocessing.get_context("forkserver")
-    context.set_forkserver_preload(PRELOAD)
     counter = context.Value("q", 0)
     parts = shards(segments, processes)
     with ProcessPoolExecutor(len(parts), mp_context=context, initializer=_init, initargs=(counter,)) as pool:
