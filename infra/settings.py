@@ -52,11 +52,12 @@ class KafkaSettings(Section):
         "export, audit, the API's owner lookup): an empty fetch at the end is held this long.",
     )
     embedded_group_fetch_wait_max_ms: int = Field(
-        500,
+        100,
         description="The same on the embedded broker for the long-lived group consumers (runners, "
-        "read-side consumers, archive). It answers a fetch as records arrive (about 7 ms measured), so "
-        "a long wait costs little latency, while a short one keeps an idle broker busy (10 ms: 11% of a "
-        "core for one runner and one consumer process doing nothing; 500 ms: 1.4%).",
+        "read-side consumers, archive). It holds a fetch until this wait is out, even when records "
+        "arrive meanwhile (measured: produce -> visible in the API at 1k events/s, p50 218 ms at 500, "
+        "88 at 100, 67 at 50), while a short wait keeps an idle broker busy (one idle `consume all`: "
+        "the broker at 0.9% of a core at 500, 2.7% at 100, 4.4% at 50).",
     )
     delivery_timeout_s: float = Field(
         30.0, description="How long a produce may wait for the broker before it fails loudly."
