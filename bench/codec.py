@@ -41,7 +41,7 @@ def run(ctx: BenchContext) -> Figures:
     encoded = [codec.encode(e) for e in events]
     catalog = shipped_catalog()
     schemas = {name: v.parsed for name, v in catalog.latest.items()}
-    raw = [(schemas[type(e).__name__], _raw_encode(schemas[type(e).__name__], e.__dict__)) for e in events]
+    raw = [(schemas[type(e).__name__], raw_encode(schemas[type(e).__name__], e.__dict__)) for e in events]
     if any(codec.decode(data) != e for data, e in zip(encoded[:100], events, strict=False)):
         raise BenchError("codec round trip is not exact")
     adapter: TypeAdapter[Any] = TypeAdapter(Event)
@@ -49,7 +49,7 @@ def run(ctx: BenchContext) -> Figures:
     cases: dict[str, Callable[[], object]] = {
         "codec_encode_per_s": lambda: [codec.encode(e) for e in events],
         "codec_decode_per_s": lambda: [codec.decode(d) for d in encoded],
-        "fastavro_encode_per_s": lambda: [_raw_encode(schemas[type(e).__name__], e.__dict__) for e in events],
+        "fastavro_encode_per_s": lambda: [raw_encode(schemas[type(e).__name__], e.__dict__) for e in events],
         "fastavro_decode_per_s": lambda: [schemaless_reader(BytesIO(b), s, None) for s, b in raw],
         "json_encode_per_s": lambda: [e.model_dump_json() for e in events],
         "json_decode_per_s": lambda: [adapter.validate_json(t) for t in texts],
@@ -61,7 +61,7 @@ def run(ctx: BenchContext) -> Figures:
     return figures
 
 
-def _raw_encode(schema: dict[str, Any], record: dict[str, Any]) -> bytes:
+def raw_encode(schema: dict[str, Any], record: dict[str, Any]) -> bytes:
     buf = BytesIO()
     schemaless_writer(buf, schema, record)
     return buf.getvalue()
