@@ -25,6 +25,11 @@ _held = threading.local()
 """Per thread: the lock files whose turn it holds (its `paths` set)."""
 
 
+def _held_paths() -> set[str]:
+    paths: set[str] = _held.__dict__.setdefault("paths", set())
+    return paths
+
+
 def turn_path(database: str) -> str:
     """The lock file of a SQLite database file."""
     return f"{database}-writer"
@@ -50,7 +55,7 @@ class TurnConnection(sqlite3.Connection):
         """Wait for the database's turn (no wait if this thread holds it on another connection)."""
         if self._turn_fd is None or self._holding:
             return
-        paths: set[str] = _held.__dict__.setdefault("paths", set())
+        paths = _held_paths()
         if self._turn_path in paths:
             return
         fcntl.flock(self._turn_fd, fcntl.LOCK_EX)  # releases the GIL while it waits
@@ -60,7 +65,7 @@ class TurnConnection(sqlite3.Connection):
     def _give_turn(self) -> None:
         if self._holding and self._turn_fd is not None:
             self._holding = False
-            _held.__dict__.setdefault("paths", set()).discard(self._turn_path)
+            _held_paths().discard(self._turn_path)
             fcntl.flock(self._turn_fd, fcntl.LOCK_UN)
 
     def commit(self) -> None:
@@ -85,9 +90,9 @@ class TurnConnection(sqlite3.Connection):
                 self._turn_fd = None
 
 
-def takes_turns(database: str | None) -> bool:
+def takes_turns(database: str) -> bool:
     """Whether writers of this SQLite database take turns (a file, not an in-memory database)."""
-    return bool(database) and database != ":memory:" and not str(database).startswith("file:")
+    return bool(database) and database != ":memory:" and not database.startswith("file:")
 
 
 def begin_in_turn(dbapi_connection: Any) -> None:

@@ -192,8 +192,8 @@ def _sqlite_engine(url: sa.URL, writer: bool, pragmas: tuple[str, ...]) -> Engin
         Path(url.database).parent.mkdir(parents=True, exist_ok=True)
     # The driver's cache of prepared statements holds every bulk-insert shape (`_bulk.chunk_sizes`).
     connect_args: dict[str, Any] = {"timeout": 60, "check_same_thread": False, "cached_statements": 512}
-    database = url.database or ""
-    turns = writer and takes_turns(database)
+    turns = writer and takes_turns(url.database or "")
+    database = str(Path(url.database or "").resolve()) if turns else ""
     if turns:
         connect_args["factory"] = TurnConnection  # writers of several processes take turns
     engine = sa.create_engine(url, connect_args=connect_args)
@@ -203,7 +203,7 @@ def _sqlite_engine(url: sa.URL, writer: bool, pragmas: tuple[str, ...]) -> Engin
         # Autocommit at the driver level, so that the BEGIN below is the only one emitted.
         dbapi_connection.isolation_level = None
         if turns:
-            dbapi_connection.use_turns(str(Path(database).resolve()))
+            dbapi_connection.use_turns(database)
         cursor = dbapi_connection.cursor()
         for pragma in pragmas:
             cursor.execute(pragma)
@@ -211,7 +211,7 @@ def _sqlite_engine(url: sa.URL, writer: bool, pragmas: tuple[str, ...]) -> Engin
 
     @event.listens_for(engine, "begin")
     def _begin(conn: Connection) -> None:
-        if writer:
+        if turns:
             begin_in_turn(conn.connection.dbapi_connection)
         conn.exec_driver_sql("BEGIN IMMEDIATE" if writer else "BEGIN")
 
